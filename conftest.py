@@ -1,0 +1,8 @@
+"""Root conftest: loads the suite's plugins, one module per concern."""
+
+pytest_plugins = [
+    "fixtures.plugin",
+    "reports.junit",
+    "reports.html",
+    "reports.skips",
+]

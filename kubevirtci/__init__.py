@@ -1,0 +1,1 @@
+"""Cluster providers and installers for the KubeVirt DRA conformance suite."""

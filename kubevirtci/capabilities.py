@@ -1,0 +1,54 @@
+"""What a cluster can do, as declared by its provider and discovered from its API.
+
+A test names the capabilities it needs with ``@pytest.mark.requires(...)``; a missing
+capability skips it with the reason recorded here (or fails it under ``--certify``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Capability(StrEnum):
+    DRA_API = "dra-api"  # resource.k8s.io/v1 served
+    DRA_DRIVER = "dra-driver"  # the profile's driver publishes ResourceSlices
+    KUBEVIRT = "kubevirt"  # KubeVirt installed and Available
+    KUBEVIRT_DRA_GATES = "kubevirt-dra-gates"  # HostDevices + HostDevicesWithDRA + GPUsWithDRA
+    LAUNCHER_METADATA = "launcher-metadata"  # KubeVirt >= 1.8 reads KEP-5304 metadata files
+    KUBEVIRT_DEVICE_STATUS = "kubevirt-device-status"  # KubeVirt 1.6/1.7 deviceStatus
+    PERSISTENT_DRA_CLAIMS = "persistent-dra-claims"  # VEP 344 gate PersistentDRAClaims
+    DEVICE_PLUGIN_NVME = "device-plugin-nvme"  # devices.kubevirt.io/nvme allocatable
+    GUEST_ACCESS = "guest-access"  # commands can be run inside a VM guest
+    NODE_ACCESS = "node-access"  # commands can be run on a node
+    VFIO = "vfio"  # real VFIO passthrough (a PCI bus and an IOMMU)
+    DRIVER_PLUGIN_SOCKET = "driver-plugin-socket"  # kubelet plugin socket reachable
+    TWO_DEVICES_PER_NODE = "two-devices-per-node"
+
+
+@dataclass
+class Capabilities:
+    """Capabilities present, and for each missing one the reason it is missing."""
+
+    present: set[Capability] = field(default_factory=set)
+    missing: dict[Capability, str] = field(default_factory=dict)
+
+    def grant(self, capability: Capability) -> None:
+        self.present.add(capability)
+        self.missing.pop(capability, None)
+
+    def deny(self, capability: Capability, reason: str) -> None:
+        self.present.discard(capability)
+        self.missing[capability] = reason
+
+    def has(self, capability: Capability) -> bool:
+        return capability in self.present
+
+    def reason_missing(self, capability: Capability) -> str:
+        return self.missing.get(capability, f"capability {capability.value!r} not available")
+
+    def unmet(self, required: list[Capability]) -> list[str]:
+        """Reasons for every required capability that is not present, in order."""
+        return [
+            f"{cap.value}: {self.reason_missing(cap)}" for cap in required if not self.has(cap)
+        ]

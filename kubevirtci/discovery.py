@@ -1,0 +1,194 @@
+"""Capability discovery from a cluster's API, through a read-only path reader so that
+recorded API responses can stand in for a cluster in the unit tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kubevirtci.capabilities import Capabilities, Capability
+
+DRA_GATES = ("HostDevices", "HostDevicesWithDRA", "GPUsWithDRA")
+PERSISTENT_CLAIMS_GATE = "PersistentDRAClaims"
+# Beta gates that KubeVirt turns on by default, from the version they became beta.
+DEFAULT_ON_GATES: dict[str, tuple[int, int]] = {
+    "HostDevicesWithDRA": (1, 9),
+    "GPUsWithDRA": (1, 9),
+}
+
+
+class ApiReader(Protocol):
+    def get(self, path: str) -> dict[str, Any] | None:
+        """Decoded JSON at ``path``; None when the path is not served (404)."""
+
+
+@dataclass
+class ClusterFacts:
+    server_version: str = "unknown"
+    dra_versions: list[str] = field(default_factory=list)
+    kubevirt_version: str | None = None
+    kubevirt_namespace: str | None = None
+    kubevirt_phase: str | None = None
+    kubevirt_gates: list[str] = field(default_factory=list)
+    drivers: dict[str, int] = field(default_factory=dict)  # driver -> device count
+    devices_per_node: dict[str, dict[str, int]] = field(default_factory=dict)
+    device_plugin_resources: dict[str, dict[str, str]] = field(default_factory=dict)
+    nodes: list[str] = field(default_factory=list)
+
+
+def parse_version(version: str | None) -> tuple[int, int] | None:
+    if not version:
+        return None
+    core = version.lstrip("v").split("-")[0].split("+")[0].split(".")
+    try:
+        return int(core[0]), int(core[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def effective_gates(kubevirt_cr: dict[str, Any], version: str | None) -> list[str]:
+    """Gates on in a KubeVirt CR: listed ones, plus beta gates on by default for its
+    version, less explicitly disabled ones."""
+    dev = ((kubevirt_cr.get("spec") or {}).get("configuration") or {}).get(
+        "developerConfiguration"
+    ) or {}
+    enabled = set(dev.get("featureGates") or [])
+    disabled = set(dev.get("disabledFeatureGates") or [])
+    parsed = parse_version(version)
+    if parsed:
+        enabled |= {g for g, since in DEFAULT_ON_GATES.items() if parsed >= since}
+    return sorted(enabled - disabled)
+
+
+def discover(api: ApiReader) -> ClusterFacts:
+    facts = ClusterFacts()
+    version = api.get("/version") or {}
+    facts.server_version = version.get("gitVersion", "unknown")
+
+    group = api.get("/apis/resource.k8s.io") or {}
+    facts.dra_versions = [v["version"] for v in group.get("versions", [])]
+
+    nodes = (api.get("/api/v1/nodes") or {}).get("items", [])
+    facts.nodes = sorted(n["metadata"]["name"] for n in nodes)
+    for node in nodes:
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        extended = {k: v for k, v in allocatable.items() if "/" in k and v not in ("0", 0)}
+        if extended:
+            facts.device_plugin_resources[node["metadata"]["name"]] = extended
+
+    if "v1" in facts.dra_versions:
+        slices = (api.get("/apis/resource.k8s.io/v1/resourceslices") or {}).get("items", [])
+        for s in slices:
+            spec = s.get("spec") or {}
+            driver = spec.get("driver", "?")
+            count = len(spec.get("devices") or [])
+            facts.drivers[driver] = facts.drivers.get(driver, 0) + count
+            node = spec.get("nodeName") or "(network)"
+            per_node = facts.devices_per_node.setdefault(driver, {})
+            per_node[node] = per_node.get(node, 0) + count
+
+    if api.get("/apis/kubevirt.io/v1") is not None:
+        crs = (api.get("/apis/kubevirt.io/v1/kubevirts") or {}).get("items", [])
+        if crs:
+            cr = crs[0]
+            status = cr.get("status") or {}
+            facts.kubevirt_namespace = cr["metadata"].get("namespace")
+            facts.kubevirt_phase = status.get("phase")
+            facts.kubevirt_version = status.get("observedKubeVirtVersion") or status.get(
+                "operatorVersion"
+            )
+            facts.kubevirt_gates = effective_gates(cr, facts.kubevirt_version)
+    return facts
+
+
+def capabilities_from(
+    facts: ClusterFacts, driver: str, device_plugin_resource: str | None
+) -> Capabilities:
+    """What the discovered facts grant. Provider-declared capabilities (guest and node
+    access, VFIO) are added by the provider on top."""
+    caps = Capabilities()
+    if "v1" in facts.dra_versions:
+        caps.grant(Capability.DRA_API)
+    else:
+        served = ", ".join(facts.dra_versions) or "no resource.k8s.io version"
+        caps.deny(
+            Capability.DRA_API,
+            f"cluster {facts.server_version} serves {served}; resource.k8s.io/v1 needs "
+            "Kubernetes 1.34+",
+        )
+    if facts.drivers.get(driver):
+        caps.grant(Capability.DRA_DRIVER)
+        if any(n >= 2 for n in facts.devices_per_node.get(driver, {}).values()):
+            caps.grant(Capability.TWO_DEVICES_PER_NODE)
+        else:
+            caps.deny(Capability.TWO_DEVICES_PER_NODE, f"no node has two {driver} devices")
+    else:
+        caps.deny(
+            Capability.DRA_DRIVER,
+            f"no ResourceSlice of driver {driver} (drivers seen: "
+            f"{', '.join(sorted(facts.drivers)) or 'none'})",
+        )
+        caps.deny(Capability.TWO_DEVICES_PER_NODE, f"driver {driver} publishes no devices")
+    _kubevirt_capabilities(facts, caps)
+    if device_plugin_resource and any(
+        device_plugin_resource in r for r in facts.device_plugin_resources.values()
+    ):
+        caps.grant(Capability.DEVICE_PLUGIN_NVME)
+    else:
+        caps.deny(
+            Capability.DEVICE_PLUGIN_NVME,
+            f"no node has allocatable {device_plugin_resource or '(profile names none)'}",
+        )
+    return caps
+
+
+def _kubevirt_capabilities(facts: ClusterFacts, caps: Capabilities) -> None:
+    kubevirt_dependent = (
+        Capability.KUBEVIRT,
+        Capability.KUBEVIRT_DRA_GATES,
+        Capability.LAUNCHER_METADATA,
+        Capability.KUBEVIRT_DEVICE_STATUS,
+        Capability.PERSISTENT_DRA_CLAIMS,
+    )
+    if facts.kubevirt_version is None:
+        for cap in kubevirt_dependent:
+            caps.deny(cap, "KubeVirt is not installed on this cluster")
+        return
+    if facts.kubevirt_phase != "Deployed":
+        for cap in kubevirt_dependent:
+            caps.deny(cap, f"KubeVirt {facts.kubevirt_version} is {facts.kubevirt_phase}")
+        return
+    caps.grant(Capability.KUBEVIRT)
+    missing = [g for g in DRA_GATES if g not in facts.kubevirt_gates]
+    if missing:
+        caps.deny(
+            Capability.KUBEVIRT_DRA_GATES,
+            f"KubeVirt feature gates {', '.join(missing)} are off; add them to "
+            "spec.configuration.developerConfiguration.featureGates",
+        )
+    else:
+        caps.grant(Capability.KUBEVIRT_DRA_GATES)
+    version = parse_version(facts.kubevirt_version) or (0, 0)
+    if version >= (1, 8):
+        caps.grant(Capability.LAUNCHER_METADATA)
+        caps.deny(
+            Capability.KUBEVIRT_DEVICE_STATUS,
+            f"status.deviceStatus DRA attributes were removed in v1.8.0 "
+            f"(cluster runs {facts.kubevirt_version})",
+        )
+    else:
+        caps.deny(
+            Capability.LAUNCHER_METADATA,
+            f"KubeVirt {facts.kubevirt_version} predates KEP-5304 metadata files (v1.8+)",
+        )
+        if version >= (1, 6):
+            caps.grant(Capability.KUBEVIRT_DEVICE_STATUS)
+        else:
+            caps.deny(Capability.KUBEVIRT_DEVICE_STATUS, "KubeVirt older than v1.6 has no DRA")
+    if PERSISTENT_CLAIMS_GATE in facts.kubevirt_gates:
+        caps.grant(Capability.PERSISTENT_DRA_CLAIMS)
+    else:
+        caps.deny(
+            Capability.PERSISTENT_DRA_CLAIMS,
+            f"feature gate {PERSISTENT_CLAIMS_GATE} (VEP 344) is not enabled on this cluster",
+        )

@@ -1,0 +1,45 @@
+"""Any cluster reachable by kubeconfig. Nothing is brought up or torn down; what the
+cluster can do is discovered from its API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kubevirtci.capabilities import Capabilities, Capability
+from kubevirtci.provider import GuestAccess, Provider
+
+
+class ExistingProvider(Provider):
+    name = "existing"
+    installs = False  # an existing cluster brings its own KubeVirt and driver
+    installs_kubevirt = False
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self._kubeconfig = kubeconfig
+
+    def up(self) -> None:
+        """Nothing to bring up; reachability is checked when the session connects."""
+
+    def kubeconfig(self) -> Path:
+        return self._kubeconfig
+
+    def declared_capabilities(self) -> Capabilities:
+        caps = Capabilities()
+        reason = "provider 'existing' has no node shell; use kubevirtci or local"
+        caps.deny(Capability.NODE_ACCESS, reason)
+        caps.deny(Capability.DRIVER_PLUGIN_SOCKET, reason)
+        caps.grant(Capability.GUEST_ACCESS)
+        caps.grant(Capability.VFIO)  # a real cluster's hostdevs are real; KubeVirt checks them
+        return caps
+
+    def node_exec(self, node: str, argv: list[str]) -> str:
+        raise NotImplementedError("provider 'existing' cannot run commands on nodes")
+
+    def guest_access(self) -> GuestAccess | None:
+        return None
+
+    def load_images(self, images: list[str]) -> None:
+        """Images of an existing cluster come from its registries; nothing to load."""
+
+    def down(self) -> None:
+        """The cluster is not ours to tear down."""

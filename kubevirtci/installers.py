@@ -1,0 +1,154 @@
+"""Installers: KubeVirt with the DRA gates and the NVMe device-plugin path, and the DRA
+driver named by the profile. Each is idempotent and waits for readiness with a named
+timeout."""
+
+from __future__ import annotations
+
+import copy
+import sys
+import urllib.request
+from typing import Any
+
+import yaml
+from kubernetes import utils
+from kubernetes.client.rest import ApiException
+
+from fixtures.errors import SuiteUsageError
+from fixtures.kube import Kube
+from fixtures.profile import DriverProfile
+from fixtures.timeouts import Timeout
+from fixtures.waits import has_condition, wait_for
+from kubevirtci.discovery import DRA_GATES
+
+NVME_DEVICE_PLUGIN = {
+    "pciVendorSelector": "1b36:0010",
+    "resourceName": "devices.kubevirt.io/nvme",
+}
+KUBEVIRT_RELEASE_URL = "https://github.com/kubevirt/kubevirt/releases/download/{version}/{file}"
+
+
+def kubevirt_cr_patch(cr: dict[str, Any]) -> dict[str, Any] | None:
+    """The merge patch that turns on the DRA gates and permits the NVMe device-plugin
+    path; None when the CR already has both (idempotence)."""
+    config = copy.deepcopy((cr.get("spec") or {}).get("configuration") or {})
+    dev = config.setdefault("developerConfiguration", {})
+    gates = list(dev.get("featureGates") or [])
+    added_gates = [g for g in DRA_GATES if g not in gates]
+    permitted = config.setdefault("permittedHostDevices", {})
+    pci = list(permitted.get("pciHostDevices") or [])
+    has_nvme = any(d.get("resourceName") == NVME_DEVICE_PLUGIN["resourceName"] for d in pci)
+    if not added_gates and has_nvme:
+        return None
+    dev["featureGates"] = gates + added_gates
+    if not has_nvme:
+        permitted["pciHostDevices"] = [*pci, dict(NVME_DEVICE_PLUGIN)]
+    return {"spec": {"configuration": config}}
+
+
+def _progress(message: str) -> None:
+    sys.stderr.write(f"[install] {message}\n")
+
+
+class KubeVirtInstaller:
+    def __init__(self, kube: Kube, version: str) -> None:
+        self.kube = kube
+        self.version = version
+
+    def existing_cr(self) -> dict[str, Any] | None:
+        try:
+            items = self.kube.list("KubeVirt")
+        except ApiException as err:
+            if err.status == 404:  # CRD absent: KubeVirt is not installed
+                return None
+            raise
+        return items[0] if items else None
+
+    def install(self) -> str:
+        """Returns what was done, for the run log."""
+        cr = self.existing_cr()
+        action = "already installed"
+        if cr is None:
+            _progress(f"installing KubeVirt {self.version} (operator and CR)")
+            for file in ("kubevirt-operator.yaml", "kubevirt-cr.yaml"):
+                url = KUBEVIRT_RELEASE_URL.format(version=self.version, file=file)
+                apply_url(self.kube, url)
+            cr = self.existing_cr()
+            assert cr is not None, "kubevirt-cr.yaml created no KubeVirt CR"
+            action = f"installed {self.version}"
+        patch = kubevirt_cr_patch(cr)
+        namespace, name = cr["metadata"]["namespace"], cr["metadata"]["name"]
+        if patch is not None:
+            _progress(f"enabling {', '.join(DRA_GATES)} and the NVMe device-plugin path")
+            self.kube.patch("KubeVirt", name, patch, namespace)
+            action += ", DRA gates enabled"
+        wait_for(
+            self.kube, "KubeVirt", name, namespace,
+            lambda o: has_condition(o, "Available"), Timeout.KUBEVIRT_AVAILABLE,
+            "KubeVirt Available",
+        )
+        return action
+
+
+class DriverInstaller:
+    def __init__(self, kube: Kube, profile: DriverProfile) -> None:
+        self.kube = kube
+        self.profile = profile
+
+    def install(self) -> str:
+        if not self.profile.manifests:
+            return "driver manifests not given by the profile: expecting it installed"
+        for manifest in self.profile.manifests:
+            if not manifest.is_file():
+                raise SuiteUsageError(
+                    f"profile {self.profile.source} names missing manifest {manifest}",
+                    "fix install.manifests in the profile (paths are relative to it)",
+                )
+            _progress(f"applying {manifest}")
+            apply_documents(self.kube, list(yaml.safe_load_all(manifest.read_text())))
+        wait_for(
+            self.kube, "DeviceClass", self.profile.device_class, None,
+            lambda o: o is not None, Timeout.DRIVER_READY, "driver DeviceClass",
+        )
+        wait_for_slices(self.kube, self.profile.driver)
+        return f"driver {self.profile.driver} applied, ResourceSlices published"
+
+
+def apply_documents(kube: Kube, documents: list[dict[str, Any] | None]) -> None:
+    """Create each document; an existing object is left as it is (idempotent)."""
+    for doc in documents:
+        if not doc:
+            continue
+        try:
+            utils.create_from_dict(kube.api_client, doc)
+        except utils.FailToCreateError as err:
+            conflicts = [e for e in err.api_exceptions if e.status == 409]
+            if len(conflicts) != len(err.api_exceptions):
+                raise
+
+
+def apply_url(kube: Kube, url: str) -> None:
+    with urllib.request.urlopen(url, timeout=60) as response:
+        apply_documents(kube, list(yaml.safe_load_all(response.read())))
+
+
+def wait_for_slices(kube: Kube, driver: str) -> None:
+    """Wait until the driver has published at least one ResourceSlice with devices."""
+    from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
+
+    def published() -> bool:
+        return any(
+            (s.get("spec") or {}).get("driver") == driver and (s["spec"].get("devices") or [])
+            for s in kube.list("ResourceSlice")
+        )
+
+    retrying = Retrying(
+        stop=stop_after_delay(Timeout.SLICES_PUBLISHED.seconds),
+        wait=wait_exponential(multiplier=0.5, max=5),
+        retry=retry_if_result(lambda ok: not ok),
+        retry_error_callback=lambda state: False,
+    )
+    if not retrying(published):
+        raise AssertionError(
+            f"{Timeout.SLICES_PUBLISHED.name} ({Timeout.SLICES_PUBLISHED.seconds:.0f}s) ran out "
+            f"waiting for ResourceSlices of {driver}: check the driver DaemonSet's pods and logs"
+        )

@@ -1,0 +1,1 @@
+"""Report plugins: JUnit properties, self-contained HTML, skip summary."""

@@ -1,0 +1,123 @@
+"""VEP-10 admission rules, each broken once, and claims that cannot be satisfied."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from fixtures import markers, vms, waits
+from fixtures.builders.resourceclaim import (
+    new_resource_claim,
+    with_request,
+    with_request_cel_selector,
+)
+from fixtures.builders.virtualmachine import (
+    with_claim_reference,
+    with_dra_host_device,
+    with_raw_host_device,
+)
+from fixtures.claims import REQUEST, plain_claim
+from fixtures.devices import allocated_devices
+from fixtures.timeouts import Timeout
+
+pytestmark = [markers.admission, markers.requires_kubevirt_dra]
+
+# rule id -> (VM options breaking exactly that rule, text the rejection must name)
+BROKEN_RULES = {
+    "claim-name-not-dns-label": (
+        (with_claim_reference("Not_A_Label", "c"),
+         with_dra_host_device("d", "Not_A_Label", REQUEST)),
+        "resourceclaims",
+    ),
+    "duplicate-claim-names": (
+        (with_claim_reference("c", "c"), with_claim_reference("c", "c2"),
+         with_dra_host_device("d", "c", REQUEST)),
+        "resourceclaims",
+    ),
+    "claim-name-not-in-resource-claims": (
+        (with_claim_reference("c", "c"), with_dra_host_device("d", "missing", REQUEST)),
+        "claimname",
+    ),
+    "request-name-missing": (
+        (with_claim_reference("c", "c"),
+         with_raw_host_device({"name": "d", "claimName": "c"})),
+        "requestname",
+    ),
+    "duplicate-claim-request-pair": (
+        (with_claim_reference("c", "c"), with_dra_host_device("d1", "c", REQUEST),
+         with_dra_host_device("d2", "c", REQUEST)),
+        "requestname",
+    ),
+    "device-name-and-claim-both-set": (
+        (with_claim_reference("c", "c"),
+         with_raw_host_device({"name": "d", "deviceName": "devices.kubevirt.io/nvme",
+                               "claimName": "c", "requestName": REQUEST})),
+        "devicename",
+    ),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(BROKEN_RULES))
+def test_vep10_rule_violation_is_rejected_naming_the_field(objects, profile, rule):
+    options, field = BROKEN_RULES[rule]
+    with pytest.raises(ApiException) as err:
+        objects.create(vms.guest_vm(f"vm-{rule}"[:50], profile, *options))
+    assert err.value.status in (400, 422), err.value
+    assert field in err.value.body.lower().replace(".", ""), err.value.body
+
+
+def _scheduling_failure(kube, namespace):
+    vmi = waits.wait_for(
+        kube, "VirtualMachineInstance", "vm", namespace,
+        lambda o: waits.has_condition(o, "PodScheduled", "False"),
+        Timeout.VMI_PHASE, "VMI to report that its launcher cannot be scheduled",
+    )
+    assert vmi is not None and vmi["status"].get("phase") != "Running"
+    return next(c for c in vmi["status"]["conditions"] if c["type"] == "PodScheduled")
+
+
+def _assert_nothing_leaks(kube, namespace, claim):
+    kube.delete("VirtualMachine", "vm", namespace)
+    waits.vmi_is_gone(kube, "vm", namespace)
+    left = waits.claim_is_deallocated(kube, claim, namespace)
+    assert not allocated_devices(left)
+
+
+def test_claim_on_missing_device_class_leaves_vmi_pending_with_reason(
+    kube, objects, namespace, profile
+):
+    objects.create(new_resource_claim("c", with_request(REQUEST, "no-such-class.example.com")))
+    objects.create(vms.guest_vm("vm", profile, with_claim_reference("c", "c"),
+                                vms.dra_device(profile, "d", "c", REQUEST)))
+    condition = _scheduling_failure(kube, namespace)
+    assert "no-such-class.example.com" in condition.get("message", ""), condition
+    _assert_nothing_leaks(kube, namespace, "c")
+
+
+def test_unsatisfiable_selector_leaves_vmi_pending_with_reason(
+    kube, objects, namespace, profile
+):
+    objects.create(new_resource_claim(
+        "c", with_request(REQUEST, profile.device_class),
+        with_request_cel_selector(REQUEST, 'device.driver == "nobody.example.com"'),
+    ))
+    objects.create(vms.guest_vm("vm", profile, with_claim_reference("c", "c"),
+                                vms.dra_device(profile, "d", "c", REQUEST)))
+    condition = _scheduling_failure(kube, namespace)
+    assert "claim" in condition.get("message", "").lower(), condition
+    _assert_nothing_leaks(kube, namespace, "c")
+
+
+def test_deleting_a_claim_in_use_does_not_take_the_device_from_a_running_vm(
+    kube, objects, namespace, profile
+):
+    objects.create(plain_claim("c", profile))
+    objects.create(vms.guest_vm("vm", profile, with_claim_reference("c", "c"),
+                                vms.dra_device(profile, "d", "c", REQUEST)))
+    vm = vms.running(kube, namespace, "vm")
+    kube.delete("ResourceClaim", "c", namespace)
+    claim = kube.get("ResourceClaim", "c", namespace)
+    assert claim["metadata"].get("deletionTimestamp"), "claim should be held by its consumer"
+    assert (claim.get("status") or {}).get("reservedFor"), "reservation dropped while in use"
+    again = vms.running(kube, namespace, "vm")
+    assert again.vmi["metadata"]["uid"] == vm.vmi["metadata"]["uid"]

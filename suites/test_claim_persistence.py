@@ -1,0 +1,212 @@
+"""Claim persistence across VM restarts: the claim object, and separately the device."""
+
+from __future__ import annotations
+
+import pytest
+
+from fixtures import markers, vms, waits
+from fixtures.builders.resourceclaim import with_request
+from fixtures.builders.resourceclaimtemplate import new_resource_claim_template
+from fixtures.builders.virtualmachine import (
+    with_claim_reference,
+    with_claim_template,
+    with_node_selector,
+    with_run_strategy,
+)
+from fixtures.claims import REQUEST, pick_free_device, pinned_claim, plain_claim
+from fixtures.devices import PCI_BUS_ID, allocated_devices, claim_device_attributes
+from fixtures.launcher import metadata_dir, read_metadata_files
+from fixtures.timeouts import Timeout
+from kubevirtci.capabilities import Capability
+
+pytestmark = [markers.persistence, markers.requires_kubevirt_dra]
+
+
+def _vm_with_claim(name, profile, claim_name, *options):
+    return vms.guest_vm(
+        name, profile,
+        with_claim_reference("nvme", claim_name),
+        vms.dra_device(profile, "nvme", "nvme", REQUEST),
+        *options,
+    )
+
+
+def test_precreated_claim_survives_vm_stop_and_start(kube, objects, namespace, profile):
+    claim = objects.create(plain_claim("nvme", profile))
+    objects.create(_vm_with_claim("vm", profile, "nvme"))
+    vms.running(kube, namespace, "vm")
+    vms.stop(kube, namespace, "vm")
+    stopped = kube.get("ResourceClaim", "nvme", namespace)
+    assert stopped["metadata"]["uid"] == claim["metadata"]["uid"]
+    assert not (stopped.get("status") or {}).get("reservedFor"), "stopped VM still reserves"
+    vms.start(kube, namespace, "vm")
+    vms.running(kube, namespace, "vm")
+    again = waits.claim_is_allocated(kube, "nvme", namespace)
+    assert again["metadata"]["uid"] == claim["metadata"]["uid"]
+
+
+def test_precreated_claim_survives_vm_restart(kube, objects, namespace, profile):
+    claim = objects.create(plain_claim("nvme", profile))
+    objects.create(_vm_with_claim("vm", profile, "nvme"))
+    vms.running(kube, namespace, "vm")
+    vms.restart(kube, namespace, "vm")
+    vms.running(kube, namespace, "vm")
+    after = waits.claim_is_allocated(kube, "nvme", namespace)
+    assert after["metadata"]["uid"] == claim["metadata"]["uid"]
+
+
+def test_precreated_claim_survives_vm_deletion(kube, objects, namespace, profile):
+    claim = objects.create(plain_claim("nvme", profile))
+    objects.create(_vm_with_claim("vm", profile, "nvme"))
+    vms.running(kube, namespace, "vm")
+    kube.delete("VirtualMachine", "vm", namespace)
+    waits.vmi_is_gone(kube, "vm", namespace)
+    after = waits.claim_is_deallocated(kube, "nvme", namespace)
+    assert after["metadata"]["uid"] == claim["metadata"]["uid"]
+
+
+def test_template_claim_is_recreated_per_launcher_pod_and_deleted_with_it(
+    kube, objects, namespace, profile
+):
+    objects.create(new_resource_claim_template("nvme-tpl", with_request(REQUEST,
+                                                                        profile.device_class)))
+    objects.create(vms.guest_vm(
+        "vm", profile, with_claim_template("nvme", "nvme-tpl"),
+        vms.dra_device(profile, "nvme", "nvme", REQUEST),
+    ))
+    first = vms.running(kube, namespace, "vm")
+    first_claim = vms.pod_claim_names(first.pod)["nvme"]
+    first_uid = kube.get("ResourceClaim", first_claim, namespace)["metadata"]["uid"]
+    owner = kube.get("ResourceClaim", first_claim, namespace)["metadata"]["ownerReferences"][0]
+    assert owner["kind"] == "Pod" and owner["name"] == first.pod["metadata"]["name"]
+    vms.restart(kube, namespace, "vm")
+    second = vms.running(kube, namespace, "vm")
+    waits.claim_is_gone(kube, first_claim, namespace)
+    second_claim = vms.pod_claim_names(second.pod)["nvme"]
+    assert kube.get("ResourceClaim", second_claim, namespace)["metadata"]["uid"] != first_uid
+
+
+@markers.requires(Capability.GUEST_ACCESS, Capability.LAUNCHER_METADATA)
+def test_pinned_claim_gets_same_device_after_restart(kube, objects, namespace, profile, guest):
+    device = pick_free_device(kube, profile)
+    objects.create(pinned_claim("nvme", profile, device))
+    objects.create(_vm_with_claim("vm", profile, "nvme", with_node_selector(device.node)))
+    before = vms.running(kube, namespace, "vm")
+    bdf_before = read_metadata_files(kube, before.pod, metadata_dir("claim", "nvme", REQUEST))
+    serials_before = vms.guest_nvme_serials(guest, before)
+    vms.restart(kube, namespace, "vm")
+    after = vms.running(kube, namespace, "vm")
+    bdf_after = read_metadata_files(kube, after.pod, metadata_dir("claim", "nvme", REQUEST))
+    assert bdf_after == bdf_before, "virt-launcher saw a different device after restart"
+    assert vms.guest_nvme_serials(guest, after) == serials_before
+    if profile.serial_attribute:
+        assert str(device.attributes[profile.serial_attribute]) in serials_before
+
+
+@markers.slow
+@markers.requires(Capability.GUEST_ACCESS)
+def test_data_written_in_guest_is_read_back_after_restart(
+    kube, objects, namespace, profile, guest
+):
+    device = pick_free_device(kube, profile)
+    objects.create(pinned_claim("nvme", profile, device))
+    objects.create(_vm_with_claim("vm", profile, "nvme", with_node_selector(device.node)))
+    vm = vms.running(kube, namespace, "vm")
+    token = f"kdc-{namespace}"
+    guest.run(vm.namespace, vm.name,
+              f"echo {token} | sudo dd of=/dev/nvme0n1 bs=512 count=1 conv=fsync status=none")
+    vms.restart(kube, namespace, "vm")
+    vm = vms.running(kube, namespace, "vm")
+    read = guest.run(vm.namespace, vm.name,
+                     "sudo dd if=/dev/nvme0n1 bs=512 count=1 status=none | head -c 64")
+    assert token in read
+
+
+@markers.exclusive_devices
+def test_unpinned_claim_reports_whether_device_changed_against_profile_promise(
+    kube, objects, namespace, profile, record_property
+):
+    objects.create(plain_claim("nvme", profile))
+    objects.create(_vm_with_claim("vm", profile, "nvme"))
+    vms.running(kube, namespace, "vm")
+    before = allocated_devices(waits.claim_is_allocated(kube, "nvme", namespace))
+    vms.stop(kube, namespace, "vm")
+    vms.start(kube, namespace, "vm")
+    vms.running(kube, namespace, "vm")
+    after = allocated_devices(waits.claim_is_allocated(kube, "nvme", namespace))
+    changed = [d.key for d in before] != [d.key for d in after]
+    record_property("unpinned_device_changed", str(changed).lower())
+    if profile.same_device_unpinned == "yes":
+        assert not changed, f"profile promises the same device; got {before} then {after}"
+    elif profile.same_device_unpinned == "unknown":
+        pytest.xfail(
+            f"device {'changed' if changed else 'stayed the same'} after restart; profile "
+            f"{profile.name} makes no promise (promises.sameDeviceAfterRestartUnpinned: unknown)"
+        )
+
+
+@markers.exclusive_devices
+def test_stopped_vm_device_can_be_taken_by_another_vm(kube, objects, namespace, profile):
+    device = pick_free_device(kube, profile)
+    objects.create(pinned_claim("a", profile, device))
+    objects.create(_vm_with_claim("vm-a", profile, "a", with_node_selector(device.node)))
+    vms.running(kube, namespace, "vm-a")
+    vms.stop(kube, namespace, "vm-a")
+    waits.claim_is_deallocated(kube, "a", namespace)
+    objects.create(pinned_claim("b", profile, device))
+    objects.create(_vm_with_claim("vm-b", profile, "b", with_node_selector(device.node)))
+    vms.running(kube, namespace, "vm-b")
+    taken = allocated_devices(waits.claim_is_allocated(kube, "b", namespace))
+    assert [d.device for d in taken] == [device.name]
+
+
+@markers.exclusive_devices
+def test_pinned_vm_waits_while_its_device_is_held_and_starts_after_release(
+    kube, objects, namespace, profile
+):
+    device = pick_free_device(kube, profile)
+    objects.create(pinned_claim("a", profile, device))
+    objects.create(_vm_with_claim("vm-a", profile, "a", with_node_selector(device.node),
+                                  with_run_strategy("Halted")))
+    objects.create(pinned_claim("b", profile, device))
+    objects.create(_vm_with_claim("vm-b", profile, "b", with_node_selector(device.node)))
+    vms.running(kube, namespace, "vm-b")
+    vms.start(kube, namespace, "vm-a")
+    vmi = waits.wait_for(
+        kube, "VirtualMachineInstance", "vm-a", namespace,
+        lambda o: waits.has_condition(o, "PodScheduled", "False"),
+        Timeout.VMI_PHASE, "VMI to report why it cannot be scheduled",
+    )
+    assert vmi is not None and vmi["status"].get("phase") != "Running"
+    reason = next(c for c in vmi["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert "claim" in reason.get("message", "").lower(), reason
+    vms.stop(kube, namespace, "vm-b")
+    vm_a = vms.running(kube, namespace, "vm-a")
+    attrs = claim_device_attributes(kube, waits.claim_is_allocated(kube, "a", namespace))
+    assert attrs[0].get(PCI_BUS_ID) == device.attributes.get(PCI_BUS_ID)
+    assert vm_a.node == device.node
+
+
+@markers.requires(Capability.PERSISTENT_DRA_CLAIMS)
+def test_vm_owned_persistent_claim_survives_stop_and_keeps_device(
+    kube, objects, namespace, profile
+):
+    """VEP 344 (gate PersistentDRAClaims): VM-owned claims named ``<vm>-<entry>``."""
+    template = {
+        "name": "nvme",
+        "persistWhenStopped": True,
+        "spec": {"devices": {"requests": [{
+            "name": REQUEST,
+            "exactly": {"deviceClassName": profile.device_class},
+        }]}},
+    }
+    vm = vms.guest_vm("vm", profile, vms.dra_device(profile, "nvme", "nvme", REQUEST))
+    vm["spec"]["resourceClaimTemplates"] = [template]
+    vm["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "nvme"}]
+    objects.create(vm)
+    vms.running(kube, namespace, "vm")
+    claim = waits.claim_is_allocated(kube, "vm-nvme", namespace)
+    vms.stop(kube, namespace, "vm")
+    kept = kube.get("ResourceClaim", "vm-nvme", namespace)
+    assert kept["metadata"]["uid"] == claim["metadata"]["uid"]
+    assert allocated_devices(kept) == allocated_devices(claim)

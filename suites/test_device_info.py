@@ -1,0 +1,135 @@
+"""The allocation reaches virt-launcher, the domain XML and the guest."""
+
+from __future__ import annotations
+
+from fixtures import markers, vms, waits
+from fixtures.builders.virtualmachine import with_claim_reference, with_device_plugin_host_device
+from fixtures.claims import REQUEST, plain_claim
+from fixtures.devices import PCI_BUS_ID, claim_device_attributes
+from fixtures.launcher import (
+    COMPUTE,
+    compute_exec,
+    domain_xml,
+    hostdev_sources,
+    metadata_dir,
+    pci_resource_env_name,
+    read_metadata_files,
+)
+from kubevirtci.capabilities import Capability
+
+pytestmark = [markers.device_info, markers.requires_kubevirt_dra]
+
+
+def _dra_vm(objects, profile):
+    objects.create(plain_claim("nvme", profile))
+    objects.create(vms.guest_vm(
+        "vm", profile, with_claim_reference("nvme", "nvme"),
+        vms.dra_device(profile, "nvme", "nvme", REQUEST),
+    ))
+
+
+def _allocated_bus_id(kube, namespace):
+    claim = waits.claim_is_allocated(kube, "nvme", namespace)
+    attrs = claim_device_attributes(kube, claim)
+    assert len(attrs) == 1, attrs
+    return attrs[0]
+
+
+def _metadata_bus_ids(documents):
+    """pciBusID values in KEP-5304 metadata documents, wherever the device entry keeps them."""
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == PCI_BUS_ID:
+                    found.append(value.get("string") if isinstance(value, dict) else value)
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(documents)
+    return found
+
+
+def test_launcher_pod_carries_claims_and_compute_claim_requests(
+    kube, objects, namespace, profile
+):
+    _dra_vm(objects, profile)
+    vm = vms.running(kube, namespace, "vm")
+    pod_claims = {c["name"]: c for c in vm.pod["spec"].get("resourceClaims") or []}
+    assert pod_claims.get("nvme", {}).get("resourceClaimName") == "nvme", pod_claims
+    compute = next(c for c in vm.pod["spec"]["containers"] if c["name"] == COMPUTE)
+    assert {"name": "nvme", "request": REQUEST} in compute["resources"].get("claims", [])
+
+
+@markers.requires(Capability.LAUNCHER_METADATA)
+def test_metadata_file_at_kubevirt_path_matches_slice_pci_bus_id(
+    kube, objects, namespace, profile
+):
+    _dra_vm(objects, profile)
+    vm = vms.running(kube, namespace, "vm")
+    documents = read_metadata_files(kube, vm.pod, metadata_dir("claim", "nvme", REQUEST))
+    assert len(documents) == 1, "KubeVirt needs exactly one metadata file per request"
+    assert _metadata_bus_ids(documents) == [_allocated_bus_id(kube, namespace)[PCI_BUS_ID]]
+
+
+@markers.requires(Capability.VFIO)
+def test_vfio_device_nodes_are_present_in_launcher(kube, objects, namespace, profile):
+    _dra_vm(objects, profile)
+    vm = vms.running(kube, namespace, "vm")
+    listing = compute_exec(kube, vm.pod, ["ls", "/dev/vfio"]).split()
+    assert "vfio" in listing and any(name.isdigit() for name in listing), listing
+
+
+@markers.requires(Capability.DEVICE_PLUGIN_NVME)
+def test_device_plugin_vm_gets_pci_resource_env(kube, objects, namespace, profile):
+    objects.create(vms.guest_vm(
+        "vm", profile, with_device_plugin_host_device("dp", profile.device_plugin_resource)
+    ))
+    vm = vms.running(kube, namespace, "vm")
+    env = dict(
+        line.split("=", 1) for line in compute_exec(kube, vm.pod, ["env"]).splitlines()
+        if "=" in line
+    )
+    name = pci_resource_env_name(profile.device_plugin_resource)
+    assert env.get(name), f"{name} missing from the compute container"
+    assert set(hostdev_sources(domain_xml(kube, vm.pod, namespace, "vm")).values()) >= set(
+        env[name].split(",")
+    )
+
+
+def test_domain_xml_hostdev_source_matches_allocated_pci_bus_id(
+    kube, objects, namespace, profile
+):
+    _dra_vm(objects, profile)
+    vm = vms.running(kube, namespace, "vm")
+    sources = hostdev_sources(domain_xml(kube, vm.pod, namespace, "vm"))
+    alias = f"dra-{'gpu' if profile.device_kind == 'gpu' else 'hostdevice'}-nvme"
+    assert sources.get(alias) == _allocated_bus_id(kube, namespace)[PCI_BUS_ID], sources
+
+
+@markers.requires(Capability.GUEST_ACCESS)
+def test_guest_lists_device_with_allocated_serial(kube, objects, namespace, profile, guest):
+    _dra_vm(objects, profile)
+    vm = vms.running(kube, namespace, "vm")
+    assert profile.pci_vendor_device in vms.guest_pci_ids(guest, vm)
+    if profile.serial_attribute:
+        serial = _allocated_bus_id(kube, namespace)[profile.serial_attribute]
+        assert serial in vms.guest_nvme_serials(guest, vm)
+
+
+@markers.requires(Capability.KUBEVIRT_DEVICE_STATUS)
+def test_device_status_matches_allocation_on_kubevirt_1_6_and_1_7(
+    kube, objects, namespace, profile
+):
+    _dra_vm(objects, profile)
+    vm = vms.running(kube, namespace, "vm")
+    statuses = (vm.vmi["status"].get("deviceStatus") or {}).get(
+        "gpuStatuses" if profile.device_kind == "gpu" else "hostDeviceStatuses"
+    ) or []
+    entry = next(s for s in statuses if s.get("name") == "nvme")
+    attributes = entry["deviceResourceClaimStatus"]["attributes"]
+    assert attributes.get("pciAddress") == _allocated_bus_id(kube, namespace)[PCI_BUS_ID]
