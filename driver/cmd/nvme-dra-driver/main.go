@@ -1,0 +1,189 @@
+// Command nvme-dra-driver is the kubelet plugin of the reference NVMe DRA driver for
+// KubeVirt passthrough.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	metadatav1alpha1 "k8s.io/dynamic-resource-allocation/api/metadata/v1alpha1"
+	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/kubevirt-dra-conformance/driver/pkg/cdi"
+	"github.com/kubevirt-dra-conformance/driver/pkg/driver"
+	"github.com/kubevirt-dra-conformance/driver/pkg/inventory"
+	"github.com/kubevirt-dra-conformance/driver/pkg/pci"
+	"github.com/kubevirt-dra-conformance/driver/pkg/state"
+)
+
+const defaultDriverName = "nvme.dra.kubevirt-conformance.io"
+
+type flags struct {
+	driverName, nodeName, kubeconfig     string
+	sysfsRoot, devRoot, cdiDir, hostProc string
+	pluginDir, registrarDir, stateDir    string
+	readyAddr                            string
+	rescanInterval, bindSettle           time.Duration
+}
+
+func parseFlags() flags {
+	var f flags
+	flag.StringVar(&f.driverName, "driver-name", defaultDriverName, "DRA driver name")
+	flag.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "node this plugin serves")
+	flag.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig (in-cluster config when empty)")
+	flag.StringVar(&f.sysfsRoot, "sysfs-root", "/sys", "sysfs root (an emulated tree in tests)")
+	flag.StringVar(&f.devRoot, "dev-root", "/dev", "host /dev as the runtime sees it (for CDI host paths)")
+	flag.StringVar(&f.cdiDir, "cdi-dir", "/var/run/cdi", "CDI spec directory")
+	flag.StringVar(&f.hostProc, "host-proc", "/proc", "host /proc (mounts and swaps of the node)")
+	flag.StringVar(&f.pluginDir, "plugin-dir", "", "kubelet plugin data dir (default /var/lib/kubelet/plugins/<driver>)")
+	flag.StringVar(&f.registrarDir, "registrar-dir", "/var/lib/kubelet/plugins_registry", "kubelet plugin registry dir")
+	flag.StringVar(&f.stateDir, "state-dir", "", "checkpoint dir (default: plugin dir)")
+	flag.StringVar(&f.readyAddr, "ready-address", ":8081", "address of the /readyz endpoint")
+	flag.DurationVar(&f.rescanInterval, "rescan-interval", 10*time.Second, "how often sysfs is re-read")
+	flag.DurationVar(&f.bindSettle, "bind-settle", 5*time.Second, "how long a driver bind may take to show in sysfs")
+	klog.InitFlags(nil)
+	flag.Parse()
+	if f.pluginDir == "" {
+		f.pluginDir = filepath.Join("/var/lib/kubelet/plugins", f.driverName)
+	}
+	if f.stateDir == "" {
+		f.stateDir = f.pluginDir
+	}
+	return f
+}
+
+func main() {
+	f := parseFlags()
+	if err := run(f); err != nil {
+		klog.ErrorS(err, "driver stopped")
+		os.Exit(1)
+	}
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return rest.InClusterConfig()
+}
+
+func run(f flags) error {
+	if f.nodeName == "" {
+		return fmt.Errorf("no node name: pass --node-name or set NODE_NAME (downward API spec.nodeName)")
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	logger := klog.FromContext(ctx)
+
+	cfg, err := restConfig(f.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("API client config: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	checkpoint, err := state.Load(filepath.Join(f.stateDir, "checkpoint.json"))
+	if err != nil {
+		return err
+	}
+	sys := pci.Sysfs{Root: f.sysfsRoot}
+	drv := driver.New(driver.Config{
+		DriverName: f.driverName,
+		NodeName:   f.nodeName,
+		Sysfs:      sys,
+		Binder:     pci.Binder{Sysfs: sys, Settle: f.bindSettle},
+		Host: inventory.Host{
+			MountsFile: filepath.Join(f.hostProc, "1", "mounts"),
+			SwapsFile:  filepath.Join(f.hostProc, "swaps"),
+		},
+		CDI:        cdi.Spec{Vendor: f.driverName, Dir: f.cdiDir, DevRoot: f.devRoot},
+		Checkpoint: checkpoint,
+	})
+	devices, _, err := drv.Rescan(ctx)
+	if err != nil {
+		return err
+	}
+	helper, err := kubeletplugin.Start(ctx, drv,
+		kubeletplugin.KubeClient(client),
+		kubeletplugin.NodeName(f.nodeName),
+		kubeletplugin.DriverName(f.driverName),
+		kubeletplugin.PluginDataDirectoryPath(f.pluginDir),
+		kubeletplugin.RegistrarDirectoryPath(f.registrarDir),
+		kubeletplugin.CDIDirectory(f.cdiDir),
+		kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{
+			metadatav1beta1.SchemeGroupVersion, metadatav1alpha1.SchemeGroupVersion,
+		}),
+	)
+	if err != nil {
+		return fmt.Errorf("starting kubelet plugin: %w", err)
+	}
+	defer helper.Stop()
+	if err := helper.PublishResources(ctx, drv.Resources(devices)); err != nil {
+		return fmt.Errorf("publishing ResourceSlices: %w", err)
+	}
+	logger.Info("driver started", "node", f.nodeName, "devices", len(devices),
+		"prepared claims", len(checkpoint.UIDs()))
+
+	var ready atomic.Bool
+	ready.Store(true)
+	go serveReady(ctx, f.readyAddr, helper, &ready)
+
+	ticker := time.NewTicker(f.rescanInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+			devices, changed, err := drv.Rescan(ctx)
+			if err != nil {
+				logger.Error(err, "rescan failed")
+				ready.Store(false)
+				continue
+			}
+			ready.Store(true)
+			if changed {
+				logger.Info("devices changed, re-publishing", "devices", len(devices))
+				if err := helper.PublishResources(ctx, drv.Resources(devices)); err != nil {
+					logger.Error(err, "re-publishing failed")
+				}
+			}
+		}
+	}
+}
+
+// serveReady answers /readyz: 200 once the kubelet registered the plugin and sysfs reads.
+func serveReady(ctx context.Context, addr string, helper *kubeletplugin.Helper, ready *atomic.Bool) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		status := helper.RegistrationStatus()
+		if !ready.Load() || status == nil || !status.PluginRegistered {
+			http.Error(w, "not registered with the kubelet yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	server := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = server.Close()
+	}()
+	if err := server.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+		klog.ErrorS(err, "ready endpoint stopped")
+	}
+}

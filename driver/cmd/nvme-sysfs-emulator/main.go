@@ -1,0 +1,112 @@
+// Command nvme-sysfs-emulator is an EMULATION for hosts without a PCI bus: it builds a
+// sysfs tree of QEMU-like NVMe controllers (as kubevirtci's --nvme adds them), their
+// backing images and /dev/vfio nodes, then plays the kernel's part in driver binding.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2"
+
+	"github.com/kubevirt-dra-conformance/driver/emulation/sysfs"
+)
+
+type sizes []int64
+
+func (s *sizes) String() string { return fmt.Sprint(*s) }
+
+// Set parses kubevirtci's size notation: "1G" means 1 GiB.
+func (s *sizes) Set(v string) error {
+	quantity := v
+	if n := len(v); n > 0 && strings.ContainsRune("KMGT", rune(v[n-1])) {
+		quantity += "i"
+	}
+	q, err := resource.ParseQuantity(quantity)
+	if err != nil {
+		return fmt.Errorf("--nvme %q: %w (use sizes like 1G)", v, err)
+	}
+	*s = append(*s, q.Value())
+	return nil
+}
+
+func main() {
+	var nvme sizes
+	root := flag.String("root", "", "where the emulated sysfs tree goes")
+	devRoot := flag.String("dev-root", "", "where the emulated /dev/vfio nodes go")
+	images := flag.String("images", "", "where the persistent backing image of each controller goes")
+	once := flag.Bool("build-only", false, "build the tree and exit")
+	flag.Var(&nvme, "nvme", "add an NVMe controller of this size (repeat, like kubevirtci --nvme)")
+	flag.Parse()
+	if *root == "" || *devRoot == "" || *images == "" || len(nvme) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: nvme-sysfs-emulator --root DIR --dev-root DIR --images DIR --nvme 1G [--nvme 1G ...]")
+		os.Exit(2)
+	}
+	controllers := sysfs.KubevirtciControllers(nvme)
+	if err := setUp(*root, *devRoot, *images, controllers); err != nil {
+		klog.ErrorS(err, "EMULATION: building the NVMe tree failed")
+		os.Exit(1)
+	}
+	klog.InfoS("EMULATION: NVMe sysfs tree ready", "root", *root, "controllers", len(controllers))
+	if *once {
+		return
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	sysfs.Kernel{Root: *root}.Run(ctx, 10*time.Millisecond)
+}
+
+func setUp(root, devRoot, images string, controllers []sysfs.Controller) error {
+	if _, err := os.Stat(filepath.Join(root, "bus/pci/devices")); os.IsNotExist(err) {
+		if err := sysfs.Build(root, controllers); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(images, 0o755); err != nil {
+		return err
+	}
+	for _, c := range controllers {
+		image := filepath.Join(images, c.Serial+".img")
+		if _, err := os.Stat(image); os.IsNotExist(err) {
+			f, err := os.Create(image)
+			if err != nil {
+				return err
+			}
+			if err := f.Truncate(c.SizeBytes); err != nil {
+				return err
+			}
+			_ = f.Close()
+		}
+	}
+	nodes := []string{"vfio"}
+	for _, c := range controllers {
+		nodes = append(nodes, strconv.Itoa(c.IOMMUGroup))
+	}
+	for _, name := range nodes {
+		if err := charDevice(filepath.Join(devRoot, "vfio", name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// charDevice makes a character node with /dev/null's numbers (1:3): the container
+// runtime sees a real device node, whose reads and writes go nowhere.
+func charDevice(path string) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return syscall.Mknod(path, syscall.S_IFCHR|0o666, 1<<8|3)
+}

@@ -1,0 +1,105 @@
+package sysfs
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Kernel is the EMULATED kernel side of driver binding: it reacts to writes to
+// driver_override, drivers/<drv>/unbind, drivers/<drv>/bind and drivers_probe as
+// Linux does (Documentation/ABI/testing/sysfs-bus-pci).
+type Kernel struct {
+	Root string
+}
+
+var knownDrivers = []string{"nvme", "vfio-pci"}
+
+func (k Kernel) stash(bdf string) string { return filepath.Join(k.Root, ".emulation", bdf, "nvme") }
+
+func (k Kernel) device(bdf string) string { return filepath.Join(k.Root, "bus/pci/devices", bdf) }
+
+// takeRequest reads a write-only attribute and clears it, returning what was written.
+func takeRequest(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+		return ""
+	}
+	_ = os.WriteFile(path, nil, 0o644)
+	return strings.TrimSpace(string(b))
+}
+
+func (k Kernel) unbind(bdf string) {
+	dev := k.device(bdf)
+	target, err := os.Readlink(filepath.Join(dev, "driver"))
+	if err != nil {
+		return
+	}
+	if filepath.Base(target) == "nvme" {
+		// The nvme driver's class device goes away with the binding.
+		_ = os.MkdirAll(filepath.Dir(k.stash(bdf)), 0o755)
+		_ = os.RemoveAll(k.stash(bdf))
+		_ = os.Rename(filepath.Join(dev, "nvme"), k.stash(bdf))
+	}
+	_ = os.Remove(filepath.Join(dev, "driver"))
+}
+
+func (k Kernel) bind(bdf, drv string) {
+	dev := k.device(bdf)
+	if _, err := os.Lstat(filepath.Join(dev, "driver")); err == nil {
+		return // already bound: the kernel refuses a second driver
+	}
+	override := readOverride(dev)
+	if override != "" && override != drv {
+		return // driver_override restricts which driver may bind
+	}
+	_ = os.Symlink("../../../bus/pci/drivers/"+drv, filepath.Join(dev, "driver"))
+	if drv == "nvme" {
+		_ = os.Rename(k.stash(bdf), filepath.Join(dev, "nvme"))
+	}
+}
+
+func readOverride(dev string) string {
+	b, _ := os.ReadFile(filepath.Join(dev, "driver_override"))
+	// Writing "\n" clears the override; the kernel then shows "(null)".
+	v := strings.TrimSpace(string(b))
+	if v == "(null)" {
+		return ""
+	}
+	return v
+}
+
+// Step handles every pending write once.
+func (k Kernel) Step() {
+	for _, drv := range knownDrivers {
+		if bdf := takeRequest(filepath.Join(k.Root, "bus/pci/drivers", drv, "unbind")); bdf != "" {
+			k.unbind(bdf)
+		}
+		if bdf := takeRequest(filepath.Join(k.Root, "bus/pci/drivers", drv, "bind")); bdf != "" {
+			k.bind(bdf, drv)
+		}
+	}
+	if bdf := takeRequest(filepath.Join(k.Root, "bus/pci/drivers_probe")); bdf != "" {
+		drv := readOverride(k.device(bdf))
+		if drv == "" {
+			drv = "nvme" // the native driver of class 0x010802
+		}
+		k.bind(bdf, drv)
+	}
+}
+
+// Run steps until ctx ends.
+func (k Kernel) Run(ctx context.Context, every time.Duration) {
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			k.Step()
+		}
+	}
+}

@@ -1,0 +1,54 @@
+package cdi
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+)
+
+func TestSpecCarriesVFIONodesAndTheEnvContract(t *testing.T) {
+	dir := t.TempDir()
+	s := Spec{Vendor: "nvme.dra.kubevirt-conformance.io", Dir: dir, DevRoot: "/host/dev"}
+	edits := []DeviceEdits{{Name: "uid1-nvme-0000-00-05-0", PCIAddress: "0000:00:05.0",
+		Serial: "nvme-0", IOMMUGroup: 10, Request: "dev"}}
+	if err := s.Write("uid1", edits); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "nvme.dra.kubevirt-conformance.io-uid1.json")
+	parsed, err := cdi.ReadSpec(path, 0)
+	if err != nil {
+		t.Fatalf("the CDI library must parse our spec: %v", err)
+	}
+	dev := parsed.GetDevice("uid1-nvme-0000-00-05-0")
+	if dev == nil {
+		t.Fatal("device missing from spec")
+	}
+	edits0 := dev.ContainerEdits
+	if got := edits0.Env; len(got) != 2 || got[0] != "DRA_NVME_DEV_PCI_ADDRESS=0000:00:05.0" || got[1] != "DRA_NVME_DEV_SERIAL=nvme-0" {
+		t.Errorf("env = %v", got)
+	}
+	nodes := edits0.DeviceNodes
+	if len(nodes) != 2 || nodes[0].Path != "/dev/vfio/vfio" || nodes[1].Path != "/dev/vfio/10" || nodes[1].HostPath != "/host/dev/vfio/10" {
+		t.Errorf("device nodes = %+v", nodes)
+	}
+	if q := s.QualifiedName("uid1-nvme-0000-00-05-0"); q != "nvme.dra.kubevirt-conformance.io/vfio=uid1-nvme-0000-00-05-0" {
+		t.Errorf("qualified name %s", q)
+	}
+	if err := s.Remove("uid1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatal("spec not removed")
+	}
+	if err := s.Remove("uid1"); err != nil {
+		t.Fatalf("second remove must be fine: %v", err)
+	}
+}
+
+func TestEnvNameSanitizesRequestNames(t *testing.T) {
+	if got := EnvName("gpu-a/sub.1", "PCI_ADDRESS"); got != "DRA_NVME_GPU_A_SUB_1_PCI_ADDRESS" {
+		t.Errorf("EnvName = %s", got)
+	}
+}

@@ -1,0 +1,221 @@
+// Package driver implements the kubelet plugin of the reference NVMe DRA driver:
+// prepare binds a controller to vfio-pci and describes it through CDI and KEP-5304
+// device metadata; unprepare gives it back to its original driver.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/kubevirt-dra-conformance/driver/pkg/cdi"
+	"github.com/kubevirt-dra-conformance/driver/pkg/inventory"
+	"github.com/kubevirt-dra-conformance/driver/pkg/pci"
+	"github.com/kubevirt-dra-conformance/driver/pkg/state"
+)
+
+// Config is everything the driver needs to know about its node.
+type Config struct {
+	DriverName string
+	NodeName   string
+	Sysfs      pci.Sysfs
+	Binder     pci.Binder
+	Host       inventory.Host
+	CDI        cdi.Spec
+	Checkpoint *state.Checkpoint
+}
+
+// Driver is the DRAPlugin. The helper serializes gRPC calls; the mutex also covers the
+// rescan loop.
+type Driver struct {
+	cfg       Config
+	mu        sync.Mutex
+	devices   map[string]inventory.Device // by device name, as last published
+	published []resourceapi.Device
+}
+
+// New creates a driver; call Rescan before publishing.
+func New(cfg Config) *Driver {
+	return &Driver{cfg: cfg, devices: map[string]inventory.Device{}}
+}
+
+// Rescan re-reads sysfs. It returns the devices to publish and whether they changed.
+func (d *Driver) Rescan(ctx context.Context) ([]resourceapi.Device, bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	devices, excluded, err := inventory.Discover(d.cfg.Sysfs, d.cfg.Host, d.cfg.Checkpoint.Owned())
+	if err != nil {
+		return nil, false, err
+	}
+	logger := klog.FromContext(ctx)
+	for _, e := range excluded {
+		logger.V(2).Info("not advertising controller", "pciBusID", e.BDF, "reason", e.Reason)
+	}
+	d.devices = map[string]inventory.Device{}
+	for _, dev := range devices {
+		d.devices[dev.Name] = dev
+	}
+	api := inventory.APIDevices(devices)
+	changed := !reflect.DeepEqual(api, d.published)
+	d.published = api
+	return api, changed, nil
+}
+
+// Resources is the driver's single pool, named after its node.
+func (d *Driver) Resources(devices []resourceapi.Device) resourceslice.DriverResources {
+	return resourceslice.DriverResources{
+		Pools: map[string]resourceslice.Pool{
+			d.cfg.NodeName: {Slices: []resourceslice.Slice{{Devices: devices}}},
+		},
+	}
+}
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim,
+) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[types.UID]kubeletplugin.PrepareResult{}
+	for _, claim := range claims {
+		devices, err := d.prepare(ctx, claim)
+		out[claim.UID] = kubeletplugin.PrepareResult{Devices: devices, Err: err}
+	}
+	return out, nil
+}
+
+func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	uid := string(claim.UID)
+	if done, ok := d.cfg.Checkpoint.Get(uid); ok {
+		return d.results(done), nil // idempotent: same answer, nothing redone
+	}
+	if claim.Status.Allocation == nil {
+		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
+	}
+	prepared := state.PreparedClaim{Namespace: claim.Namespace, Name: claim.Name}
+	var edits []cdi.DeviceEdits
+	for _, result := range claim.Status.Allocation.Devices.Results {
+		if result.Driver != d.cfg.DriverName {
+			continue
+		}
+		if holder := d.cfg.Checkpoint.Holder(result.Device); holder != "" {
+			return nil, fmt.Errorf("device %s is already prepared for claim %s", result.Device, holder)
+		}
+		dev, ok := d.devices[result.Device]
+		if !ok {
+			return nil, fmt.Errorf("device %s is not on node %s (or no longer advertisable)",
+				result.Device, d.cfg.NodeName)
+		}
+		original, err := d.cfg.Binder.Bind(dev.Function.BDF, pci.VFIODriver)
+		if err != nil {
+			return nil, d.rollback(prepared, fmt.Errorf("binding %s to vfio-pci: %w", dev.Function.BDF, err))
+		}
+		group := d.cfg.Sysfs.IOMMUGroup(dev.Function.BDF)
+		if group < 0 {
+			return nil, d.rollback(prepared, fmt.Errorf("%s has no IOMMU group: VFIO passthrough needs an IOMMU", dev.Function.BDF))
+		}
+		fn := dev.Function
+		fn.IOMMUGroup = group
+		cdiName := uid + "-" + dev.Name
+		prepared.Devices = append(prepared.Devices, state.PreparedDevice{
+			Request: result.Request, Pool: result.Pool, Device: result.Device, Function: fn,
+			OriginalDriver: original, CDIDeviceID: d.cfg.CDI.QualifiedName(cdiName),
+		})
+		edits = append(edits, cdi.DeviceEdits{
+			Name: cdiName, PCIAddress: fn.BDF, Serial: fn.Serial, IOMMUGroup: group, Request: result.Request,
+		})
+	}
+	if err := d.cfg.CDI.Write(uid, edits); err != nil {
+		return nil, d.rollback(prepared, fmt.Errorf("writing CDI spec: %w", err))
+	}
+	if err := d.cfg.Checkpoint.Put(uid, prepared); err != nil {
+		return nil, d.rollback(prepared, fmt.Errorf("writing checkpoint: %w", err))
+	}
+	klog.FromContext(ctx).Info("prepared claim", "claim", klog.KObj(claim), "devices", len(prepared.Devices))
+	return d.results(prepared), nil
+}
+
+// rollback returns devices bound during a failed prepare to their drivers.
+func (d *Driver) rollback(prepared state.PreparedClaim, cause error) error {
+	errs := []error{cause}
+	for _, dev := range prepared.Devices {
+		errs = append(errs, d.cfg.Binder.Restore(dev.Function.BDF, dev.OriginalDriver))
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Driver) results(pc state.PreparedClaim) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, 0, len(pc.Devices))
+	for _, dev := range pc.Devices {
+		attrs := inventory.Device{Name: dev.Device, Function: dev.Function,
+			PCIeRoot: d.pcieRoot(dev.Device)}.Attributes()
+		out = append(out, kubeletplugin.Device{
+			Requests:     []string{dev.Request},
+			PoolName:     dev.Pool,
+			DeviceName:   dev.Device,
+			CDIDeviceIDs: []string{dev.CDIDeviceID},
+			Metadata:     &kubeletplugin.DeviceMetadata{Attributes: toStringKeys(attrs)},
+		})
+	}
+	return out
+}
+
+func (d *Driver) pcieRoot(device string) string {
+	return d.devices[device].PCIeRoot
+}
+
+func toStringKeys(in map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) map[string]resourceapi.DeviceAttribute {
+	out := make(map[string]resourceapi.DeviceAttribute, len(in))
+	for k, v := range in {
+		out[string(k)] = v
+	}
+	return out
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Unknown claims are fine.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject,
+) (map[types.UID]error, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[types.UID]error{}
+	for _, claim := range claims {
+		out[claim.UID] = d.unprepare(ctx, string(claim.UID))
+	}
+	return out, nil
+}
+
+func (d *Driver) unprepare(ctx context.Context, uid string) error {
+	prepared, ok := d.cfg.Checkpoint.Get(uid)
+	if !ok {
+		return d.cfg.CDI.Remove(uid)
+	}
+	for _, dev := range prepared.Devices {
+		if err := d.cfg.Binder.Restore(dev.Function.BDF, dev.OriginalDriver); err != nil {
+			return fmt.Errorf("returning %s to %q: %w", dev.Function.BDF, dev.OriginalDriver, err)
+		}
+	}
+	if err := d.cfg.CDI.Remove(uid); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("unprepared claim", "uid", uid, "devices", len(prepared.Devices))
+	return d.cfg.Checkpoint.Delete(uid)
+}
+
+// HandleError implements kubeletplugin.DRAPlugin: background errors are logged; the
+// helper retries publishing on its own.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	runtime.HandleErrorWithContext(ctx, err, msg)
+}
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin: health is not reported.
+func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}
