@@ -6,10 +6,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -36,7 +38,7 @@ type flags struct {
 	driverName, nodeName, kubeconfig     string
 	sysfsRoot, devRoot, cdiDir, hostProc string
 	pluginDir, registrarDir, stateDir    string
-	readyAddr                            string
+	readyAddr, probe                     string
 	rescanInterval, bindSettle           time.Duration
 }
 
@@ -52,7 +54,8 @@ func parseFlags() flags {
 	flag.StringVar(&f.pluginDir, "plugin-dir", "", "kubelet plugin data dir (default /var/lib/kubelet/plugins/<driver>)")
 	flag.StringVar(&f.registrarDir, "registrar-dir", "/var/lib/kubelet/plugins_registry", "kubelet plugin registry dir")
 	flag.StringVar(&f.stateDir, "state-dir", "", "checkpoint dir (default: plugin dir)")
-	flag.StringVar(&f.readyAddr, "ready-address", ":8081", "address of the /readyz endpoint")
+	flag.StringVar(&f.readyAddr, "ready-address", "unix:/run/nvme-dra/ready.sock", "/readyz endpoint: unix:PATH or host:port")
+	flag.StringVar(&f.probe, "probe", "", "probe a running driver's ready endpoint at this address and exit")
 	flag.DurationVar(&f.rescanInterval, "rescan-interval", 10*time.Second, "how often sysfs is re-read")
 	flag.DurationVar(&f.bindSettle, "bind-settle", 5*time.Second, "how long a driver bind may take to show in sysfs")
 	klog.InitFlags(nil)
@@ -68,6 +71,13 @@ func parseFlags() flags {
 
 func main() {
 	f := parseFlags()
+	if f.probe != "" {
+		if err := probe(f.probe); err != nil {
+			fmt.Fprintln(os.Stderr, "not ready:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(f); err != nil {
 		klog.ErrorS(err, "driver stopped")
 		os.Exit(1)
@@ -178,12 +188,52 @@ func serveReady(ctx context.Context, addr string, helper *kubeletplugin.Helper, 
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
-	server := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	listener, err := listen(addr)
+	if err != nil {
+		klog.ErrorS(err, "ready endpoint not started")
+		return
+	}
 	go func() {
 		<-ctx.Done()
 		_ = server.Close()
 	}()
-	if err := server.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+	if err := server.Serve(listener); err != nil && err != http.ErrServerClosed {
 		klog.ErrorS(err, "ready endpoint stopped")
 	}
+}
+
+// listen opens "unix:PATH" (one per pod: works with and without host networking) or a
+// TCP "host:port".
+func listen(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		_ = os.Remove(path)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return nil, err
+		}
+		return net.Listen("unix", path)
+	}
+	return net.Listen("tcp", addr)
+}
+
+// probe is the readiness probe: GET /readyz on a running driver.
+func probe(addr string) error {
+	transport := &http.Transport{}
+	url := "http://" + addr + "/readyz"
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		transport.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+		}
+		url = "http://driver/readyz"
+	}
+	client := &http.Client{Transport: transport, Timeout: 3 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s answered %s", url, resp.Status)
+	}
+	return nil
 }

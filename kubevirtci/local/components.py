@@ -1,0 +1,125 @@
+"""Upstream programs of the hermetic cluster, built from Go modules at pinned versions
+and cached outside the clone, keyed by version. A missing cache entry is rebuilt from
+scratch; a failed build leaves no partial entry behind."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from fixtures.errors import SuiteUsageError
+from kubevirtci.runner import CommandRunner, StreamingRunner, check
+
+BUILD_DIR = Path(__file__).resolve().parent / "build"
+DRIVER_DIR = Path(__file__).resolve().parents[2] / "driver"
+CACHE_ROOT = Path(os.environ.get("KDC_CACHE", Path.home() / ".cache" / "kdc"))
+
+KUBERNETES_VERSION = "v1.37.2"
+ETCD_VERSION = "v3.7.0"  # what k8s.io/kubernetes v1.37.2 pins (build/dependencies.yaml)
+CONTAINERD_VERSION = "v2.2.9"
+
+_K8S_LDFLAGS = " ".join([
+    "-s", "-w",
+    f"-X k8s.io/component-base/version.gitVersion={KUBERNETES_VERSION}",
+    "-X k8s.io/component-base/version.gitMajor=1",
+    "-X k8s.io/component-base/version.gitMinor=37",
+    "-X k8s.io/component-base/version.gitTreeState=clean",
+    "-X k8s.io/component-base/version.buildDate=2026-01-01T00:00:00Z",
+    f"-X k8s.io/client-go/pkg/version.gitVersion={KUBERNETES_VERSION}",
+])
+
+# Debian packages the cluster needs at run time: (package, a file it installs).
+APT_REQUIREMENTS = (
+    ("runc", "/usr/sbin/runc"),
+    ("containernetworking-plugins", "/usr/lib/cni/bridge"),
+    ("iptables", "/usr/sbin/iptables"),
+    ("busybox-static", "/bin/busybox"),
+    ("iproute2", "/usr/sbin/ip"),
+)
+
+
+@dataclass(frozen=True)
+class Component:
+    """A set of programs built together from one Go module."""
+
+    name: str
+    version: str
+    module_dir: Path
+    packages: tuple[str, ...]
+    ldflags: str = "-s -w"
+    tags: str = ""
+
+    @property
+    def bin_dir(self) -> Path:
+        return CACHE_ROOT / f"{self.name}-{self.version}" / "bin"
+
+    def programs(self) -> list[str]:
+        return [p.rstrip("/").rsplit("/", 1)[-1] for p in self.packages]
+
+    def cached(self) -> bool:
+        return all((self.bin_dir / p).is_file() for p in self.programs())
+
+
+KUBERNETES = Component(
+    "kubernetes", KUBERNETES_VERSION, BUILD_DIR,
+    ("k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager",
+     "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes/cmd/kubelet"),
+    ldflags=_K8S_LDFLAGS,
+)
+ETCD = Component("etcd", ETCD_VERSION, BUILD_DIR, ("./etcd",))
+PAUSE = Component("pause", "kdc-1", BUILD_DIR, ("./pause",))
+CONTAINERD = Component(
+    "containerd", CONTAINERD_VERSION, BUILD_DIR / "containerd",
+    ("github.com/containerd/containerd/v2/cmd/containerd",
+     "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
+     "github.com/containerd/containerd/v2/cmd/ctr"),
+    ldflags=f"-s -w -X github.com/containerd/containerd/v2/version.Version={CONTAINERD_VERSION}",
+    tags="no_btrfs no_devmapper no_zfs urfave_cli_no_docs",
+)
+UPSTREAM = (KUBERNETES, ETCD, CONTAINERD, PAUSE)
+
+
+def driver_component(version: str) -> Component:
+    """The project's own driver programs, keyed by the driver sources' content hash."""
+    return Component(
+        "nvme-dra-driver", version, DRIVER_DIR,
+        ("./cmd/nvme-dra-driver", "./cmd/nvme-sysfs-emulator", "./cmd/dra-sanity"),
+    )
+
+
+def build(component: Component, runner: CommandRunner | None = None) -> Path:
+    if component.cached():
+        return component.bin_dir
+    runner = runner or StreamingRunner()
+    staging = component.bin_dir.with_name("bin.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    argv = ["go", "build", "-v", "-trimpath", "-ldflags", component.ldflags]
+    if component.tags:
+        argv += ["-tags", component.tags]
+    argv += ["-o", str(staging) + "/", *component.packages]
+    sys.stderr.write(
+        f"[build] {component.name} {component.version}: building {', '.join(component.programs())}"
+        " (cold builds take minutes; package names stream below)\n"
+    )
+    env = {**os.environ, "CGO_ENABLED": "0"}
+    result = runner.run(argv, env=env, cwd=component.module_dir, label=f"build {component.name}")
+    if result.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+    check(result, f"see the Go error above; `cd {component.module_dir} && go mod download` "
+                  "checks that the module proxy is reachable")
+    shutil.rmtree(component.bin_dir, ignore_errors=True)
+    staging.rename(component.bin_dir)
+    return component.bin_dir
+
+
+def check_host_packages() -> None:
+    missing = [pkg for pkg, path in APT_REQUIREMENTS if not Path(path).exists()]
+    if missing:
+        raise SuiteUsageError(
+            f"the hermetic cluster needs Debian packages {', '.join(missing)}",
+            f"run `apt-get install -y {' '.join(missing)}` (as .ci/run does)",
+        )

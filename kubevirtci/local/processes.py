@@ -1,0 +1,109 @@
+"""Supervised host processes of the hermetic cluster: started detached (so a kept
+cluster outlives pytest), logs to files, tracked by pid files."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    name: str
+    argv: list[str]
+    env: dict[str, str] | None = None
+
+
+class Supervisor:
+    def __init__(self, pid_dir: Path, log_dir: Path) -> None:
+        self.pid_dir = pid_dir
+        self.log_dir = log_dir
+
+    def pid_file(self, name: str) -> Path:
+        return self.pid_dir / f"{name}.pid"
+
+    def log_file(self, name: str) -> Path:
+        return self.log_dir / f"{name}.log"
+
+    def pid(self, name: str) -> int | None:
+        try:
+            pid = int(self.pid_file(name).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    def start(self, spec: ProcessSpec) -> int:
+        running = self.pid(spec.name)
+        if running:
+            return running
+        self.pid_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with self.log_file(spec.name).open("ab") as log:
+            proc = subprocess.Popen(
+                spec.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, **(spec.env or {})}, start_new_session=True,
+            )
+        self.pid_file(spec.name).write_text(str(proc.pid))
+        return proc.pid
+
+    def names(self) -> list[str]:
+        return sorted(p.stem for p in self.pid_dir.glob("*.pid"))
+
+    def stop(self, name: str, grace: float = 10.0) -> None:
+        pid = self.pid(name)
+        if pid:
+            _terminate(pid, grace)
+        self.pid_file(name).unlink(missing_ok=True)
+
+    def tail(self, name: str, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_file(name).read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours is not alive
+        status = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return status != "Z"
+
+
+def _terminate(pid: int, grace: float) -> None:
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    if not wait_until(lambda: not _alive(pid), grace):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        wait_until(lambda: not _alive(pid), 5)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
+    """Poll ``condition`` with backoff until it holds or ``timeout`` seconds pass."""
+    retrying = Retrying(
+        stop=stop_after_delay(timeout),
+        wait=wait_exponential(multiplier=0.05, max=1),
+        retry=retry_if_result(lambda ok: not ok),
+        retry_error_callback=lambda state: False,
+    )
+    return bool(retrying(condition))
