@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -116,8 +115,8 @@ class LocalCluster:
         for node in config.nodes:
             ids.append(Identity(f"kubelet-{node}", f"system:node:{node}",
                                 organization="system:nodes"))
-            ids.append(Identity(f"kubelet-serving-{node}", node, dns_names=(node, "localhost"),
-                                ips=loopback, server=True, client=False))
+            ids.append(Identity(f"kubelet-serving-{node}", node, dns_names=("localhost",),
+                                ips=(node,), server=True, client=False))
         return {i.stem: self.ca.issue(i) for i in ids}
 
     # --- control plane ---------------------------------------------------------------
@@ -181,7 +180,7 @@ class LocalCluster:
             f"--kubelet-client-certificate={certs['apiserver-kubelet-client'][0]}",
             f"--kubelet-client-key={certs['apiserver-kubelet-client'][1]}",
             f"--kubelet-certificate-authority={ca}",
-            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            "--kubelet-preferred-address-types=Hostname",
             "--allow-privileged=true", "--profiling=false",
         ]))
         self._await("kube-apiserver", lambda: self._healthy(
@@ -228,6 +227,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri"]
 
 [plugins.'io.containerd.cri.v1.runtime']
   enable_cdi = true
+  # This host forbids lowering oom_score_adj (kubelet asks -998 for sandboxes).
+  restrict_oom_score_adj = true
   cdi_spec_dirs = ["{cdi}"]
   netns_mounts_under_state_dir = true
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
@@ -267,8 +268,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri"]
         serving_cert, serving_key = certs[f"kubelet-serving-{node}"]
         kubelet_config = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-            "address": LOOPBACK, "port": ports.kubelet, "readOnlyPort": 0,
-            "healthzBindAddress": LOOPBACK, "healthzPort": ports.healthz,
+            "address": node, "port": ports.kubelet, "readOnlyPort": 0,
+            "healthzBindAddress": node, "healthzPort": ports.healthz,
             "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
                                "x509": {"clientCAFile": str(self.ca.cert_path)}},
             "authorization": {"mode": "Webhook"},
@@ -333,7 +334,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri"]
         self.supervisor.start(ProcessSpec(f"kubelet-{node}", [
             self._bin("kubelet"), f"--config={self._kubelet_config(node, config, certs)}",
             f"--kubeconfig={kubeconfig}", f"--root-dir={kubelet_dir}",
-            f"--hostname-override={node}", f"--node-ip={LOOPBACK}",
+            # The node's name is its loopback address: the API server reaches the kubelet
+            # by the Hostname address, and a loopback --node-ip is refused.
+            f"--hostname-override={node}",
         ]))
 
     # --- lifecycle ---------------------------------------------------------------------

@@ -43,7 +43,8 @@ class ClusterConfig:
 
     @classmethod
     def new(cls, node_count: int, nvme: list[str]) -> ClusterConfig:
-        nodes = [f"node{i + 1:02d}" for i in range(node_count)]
+        # Each node is named by its own loopback address (see LocalCluster._start_node).
+        nodes = [f"127.0.2.{i + 1}" for i in range(node_count)]
         return cls(
             nodes=nodes, nvme=nvme, etcd=free_port(), etcd_peer=free_port(),
             apiserver=free_port(),
