@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import sys
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -90,9 +91,11 @@ class KubeVirtInstaller:
 
 
 class DriverInstaller:
-    def __init__(self, kube: Kube, profile: DriverProfile) -> None:
+    def __init__(self, kube: Kube, profile: DriverProfile,
+                 adapt: Callable[[dict[str, Any]], dict[str, Any]] = lambda doc: doc) -> None:
         self.kube = kube
         self.profile = profile
+        self.adapt = adapt
 
     def install(self) -> str:
         if not self.profile.manifests:
@@ -104,7 +107,8 @@ class DriverInstaller:
                     "fix install.manifests in the profile (paths are relative to it)",
                 )
             _progress(f"applying {manifest}")
-            apply_documents(self.kube, list(yaml.safe_load_all(manifest.read_text())))
+            docs = [self.adapt(d) for d in yaml.safe_load_all(manifest.read_text()) if d]
+            apply_documents(self.kube, docs)
         wait_for(
             self.kube, "DeviceClass", self.profile.device_class, None,
             lambda o: o is not None, Timeout.DRIVER_READY, "driver DeviceClass",
@@ -114,21 +118,22 @@ class DriverInstaller:
 
 
 def apply_documents(kube: Kube, documents: list[dict[str, Any] | None]) -> None:
-    """Create each document; an existing object is left as it is (idempotent)."""
+    """Server-side apply each document: created when absent, updated when changed."""
     for doc in documents:
-        if not doc:
-            continue
-        try:
-            utils.create_from_dict(kube.api_client, doc)
-        except utils.FailToCreateError as err:
-            conflicts = [e for e in err.api_exceptions if e.status == 409]
-            if len(conflicts) != len(err.api_exceptions):
-                raise
+        if doc:
+            kube.apply(doc)
 
 
 def apply_url(kube: Kube, url: str) -> None:
+    """Create every object of a release manifest (any kind); existing ones are kept."""
     with urllib.request.urlopen(url, timeout=60) as response:
-        apply_documents(kube, list(yaml.safe_load_all(response.read())))
+        documents = [d for d in yaml.safe_load_all(response.read()) if d]
+    for doc in documents:
+        try:
+            utils.create_from_dict(kube.api_client, doc)
+        except utils.FailToCreateError as err:
+            if any(e.status != 409 for e in err.api_exceptions):
+                raise
 
 
 def wait_for_slices(kube: Kube, driver: str) -> None:

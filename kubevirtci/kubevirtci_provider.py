@@ -4,10 +4,12 @@ an injectable runner so its command and environment building are unit-tested."""
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fixtures.errors import SuiteUsageError
 from kubevirtci.capabilities import Capabilities, Capability
@@ -18,6 +20,7 @@ KUBEVIRTCI_REPO = "https://github.com/kubevirt/kubevirtci.git"
 DEFAULT_K8S_PROVIDER = "k8s-1.36"  # newest k8s provider of kubevirtci main (Aug 2026)
 DEFAULT_NUM_NODES = 2
 DEFAULT_NVME_ARGS = "--nvme 1G --nvme 1G"
+CLUSTER_REGISTRY = "registry:5000"  # the in-cluster name of kubevirtci's registry
 CACHE_ROOT = Path(os.environ.get("KDC_CACHE", Path.home() / ".cache" / "kdc"))
 
 
@@ -121,6 +124,15 @@ class KubevirtciProvider(Provider):
             check(self.runner.run(self.push_command(archive, image, port), label="push"),
                   "install skopeo and build the image first (driver/Makefile image)")
 
+    def adapt_manifest(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Images pushed by load_images are pulled by the nodes from ``registry:5000``."""
+        if doc.get("kind") != "DaemonSet":
+            return doc
+        out = copy.deepcopy(doc)
+        for container in out["spec"]["template"]["spec"]["containers"]:
+            container["image"] = cluster_image(container["image"])
+        return out
+
     def node_exec(self, node: str, argv: list[str]) -> str:
         return self._run(["cluster-up/ssh.sh", node, "--", *argv], f"is node {node} up?")
 
@@ -138,6 +150,12 @@ class KubevirtciProvider(Provider):
         if self.settings.keep_cluster:
             return
         self._run(["make", "cluster-down"], "remove the cluster's containers by hand")
+
+
+def cluster_image(image: str) -> str:
+    """``localhost/kdc/x:tag`` as kubevirtci nodes pull it: ``registry:5000/kdc/x:tag``."""
+    name = image.split("/", 1)[1] if "/" in image else image
+    return f"{CLUSTER_REGISTRY}/{name}"
 
 
 def parse_last_line(output: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from kubevirtci.capabilities import Capabilities
 
@@ -51,6 +51,22 @@ class Provider(ABC):
     @abstractmethod
     def load_images(self, images: list[str]) -> None:
         """Make locally built images available to the cluster's nodes."""
+
+    def sysfs_root(self, node: str) -> str:
+        """Where a node's sysfs is, as node_exec sees it."""
+        return "/sys"
+
+    def kubelet_dir(self, node: str) -> str:
+        """The node's kubelet root dir, as node_exec sees it."""
+        return "/var/lib/kubelet"
+
+    def sanity_client(self, node: str) -> list[str]:
+        """argv prefix running the dra-sanity client on the node."""
+        return ["dra-sanity"]
+
+    def adapt_manifest(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Fit a driver manifest to this provider (image location, node paths)."""
+        return doc
 
     @abstractmethod
     def down(self) -> None: ...

@@ -25,7 +25,7 @@ from kubevirtci.local.pki import CertificateAuthority, Identity
 from kubevirtci.local.processes import ProcessSpec, Supervisor, wait_until
 
 PAUSE_IMAGE = "localhost/kdc/pause:kdc-1"
-DRIVER_IMAGE = "localhost/kdc/nvme-dra-driver:dev"
+DRIVER_REPOSITORY = "localhost/kdc/nvme-dra-driver"  # tagged with the driver's source hash
 BUSYBOX_IMAGE = "localhost/kdc/busybox:dev"
 SERVICE_CIDR = "10.96.0.0/16"
 CGROUP_V1_ROOT = Path("/sys/fs/cgroup")
@@ -302,11 +302,15 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri"]
                 check=True, capture_output=True, text=True,
             )
 
+    def driver_image(self) -> str:
+        """A new tag for every driver change, so a reused cluster rolls the DaemonSet."""
+        return f"{DRIVER_REPOSITORY}:{driver_version()}"
+
     def _image_archives(self) -> list[Path]:
         out = self.layout.images
         specs = [
             images.pause_image(PAUSE_IMAGE, self.bins["pause"]),
-            images.driver_image(DRIVER_IMAGE, self.bins["nvme-dra-driver"].parent),
+            images.driver_image(self.driver_image(), self.bins["nvme-dra-driver"].parent),
             images.busybox_image(BUSYBOX_IMAGE),
         ]
         return [images.write_oci_archive(s, out / (s.name.replace("/", "_").replace(":", "_")

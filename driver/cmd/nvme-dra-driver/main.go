@@ -35,11 +35,11 @@ import (
 const defaultDriverName = "nvme.dra.kubevirt-conformance.io"
 
 type flags struct {
-	driverName, nodeName, kubeconfig     string
-	sysfsRoot, devRoot, cdiDir, hostProc string
-	pluginDir, registrarDir, stateDir    string
-	readyAddr, probe                     string
-	rescanInterval, bindSettle           time.Duration
+	driverName, nodeName, kubeconfig              string
+	sysfsRoot, devRoot, cdiDir, hostProc          string
+	kubeletDir, pluginDir, registrarDir, stateDir string
+	readyAddr, probe                              string
+	rescanInterval, bindSettle                    time.Duration
 }
 
 func parseFlags() flags {
@@ -51,8 +51,9 @@ func parseFlags() flags {
 	flag.StringVar(&f.devRoot, "dev-root", "/dev", "host /dev as the runtime sees it (for CDI host paths)")
 	flag.StringVar(&f.cdiDir, "cdi-dir", "/var/run/cdi", "CDI spec directory")
 	flag.StringVar(&f.hostProc, "host-proc", "/proc", "host /proc (mounts and swaps of the node)")
-	flag.StringVar(&f.pluginDir, "plugin-dir", "", "kubelet plugin data dir (default /var/lib/kubelet/plugins/<driver>)")
-	flag.StringVar(&f.registrarDir, "registrar-dir", "/var/lib/kubelet/plugins_registry", "kubelet plugin registry dir")
+	flag.StringVar(&f.kubeletDir, "kubelet-dir", "/var/lib/kubelet", "the kubelet's root dir")
+	flag.StringVar(&f.pluginDir, "plugin-dir", "", "plugin data dir (default <kubelet-dir>/plugins/<driver>)")
+	flag.StringVar(&f.registrarDir, "registrar-dir", "", "plugin registry dir (default <kubelet-dir>/plugins_registry)")
 	flag.StringVar(&f.stateDir, "state-dir", "", "checkpoint dir (default: plugin dir)")
 	flag.StringVar(&f.readyAddr, "ready-address", "unix:/run/nvme-dra/ready.sock", "/readyz endpoint: unix:PATH or host:port")
 	flag.StringVar(&f.probe, "probe", "", "probe a running driver's ready endpoint at this address and exit")
@@ -61,7 +62,10 @@ func parseFlags() flags {
 	klog.InitFlags(nil)
 	flag.Parse()
 	if f.pluginDir == "" {
-		f.pluginDir = filepath.Join("/var/lib/kubelet/plugins", f.driverName)
+		f.pluginDir = filepath.Join(f.kubeletDir, "plugins", f.driverName)
+	}
+	if f.registrarDir == "" {
+		f.registrarDir = filepath.Join(f.kubeletDir, "plugins_registry")
 	}
 	if f.stateDir == "" {
 		f.stateDir = f.pluginDir
@@ -106,6 +110,11 @@ func run(f flags) error {
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
+	}
+	for _, dir := range []string{f.pluginDir, f.registrarDir, f.stateDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("creating %s: %w", dir, err)
+		}
 	}
 	checkpoint, err := state.Load(filepath.Join(f.stateDir, "checkpoint.json"))
 	if err != nil {

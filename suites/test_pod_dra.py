@@ -1,0 +1,157 @@
+"""Pod-level DRA on the cluster under test, without KubeVirt: the real scheduler
+allocates from the driver's slices, the real controller manager owns the claim
+lifecycle, the real kubelet prepares through the driver and the runtime applies CDI."""
+
+from __future__ import annotations
+
+import json
+
+from fixtures import markers, waits
+from fixtures.builders.pod import (
+    new_pod,
+    with_command,
+    with_container_claim,
+    with_pod_claim_reference,
+    with_pod_claim_template,
+    with_pod_node_selector,
+)
+from fixtures.builders.resourceclaim import with_request
+from fixtures.builders.resourceclaimtemplate import new_resource_claim_template
+from fixtures.claims import REQUEST, pick_free_device, pinned_claim, plain_claim
+from fixtures.devices import PCI_BUS_ID, allocated_devices, claim_device_attributes
+from fixtures.launcher import METADATA_ROOT
+from fixtures.timeouts import Timeout
+from kubevirtci.capabilities import Capability
+
+pytestmark = [markers.pod_dra, markers.requires_pod_dra]
+
+
+def _pod(name, profile, claim, *options):
+    return new_pod(
+        name, profile.test_image, with_pod_claim_reference("dev", claim),
+        with_container_claim("dev", REQUEST), *options,
+    )
+
+
+def _reserved_by(claim):
+    return [r.get("name") for r in (claim.get("status") or {}).get("reservedFor") or []]
+
+
+def test_scheduler_allocates_a_claim_from_the_driver_slices(kube, objects, namespace, profile):
+    objects.create(plain_claim("c", profile))
+    objects.create(_pod("p", profile, "c"))
+    waits.pod_is_running(kube, "p", namespace)
+    claim = waits.claim_is_allocated(kube, "c", namespace)
+    devices = allocated_devices(claim)
+    assert [d.driver for d in devices] == [profile.driver]
+    attrs = claim_device_attributes(kube, claim)
+    assert attrs and all(a.get(PCI_BUS_ID) for a in attrs), "allocated device not in any slice"
+    assert _reserved_by(claim) == ["p"]
+
+
+def test_template_claim_is_owned_by_its_pod_and_deleted_with_it(kube, objects, namespace,
+                                                                profile):
+    objects.create(new_resource_claim_template("t", with_request(REQUEST, profile.device_class)))
+    objects.create(new_pod("p", profile.test_image, with_pod_claim_template("dev", "t"),
+                           with_container_claim("dev", REQUEST)))
+    pod = waits.pod_is_running(kube, "p", namespace)
+    statuses = pod["status"].get("resourceClaimStatuses") or []
+    generated = next(s["resourceClaimName"] for s in statuses if s["name"] == "dev")
+    claim = waits.claim_is_allocated(kube, generated, namespace)
+    assert claim["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"] == "dev"
+    assert claim["metadata"]["ownerReferences"][0]["name"] == "p"
+    kube.delete("Pod", "p", namespace)
+    waits.pod_is_gone(kube, "p", namespace)
+    waits.claim_is_gone(kube, generated, namespace)
+
+
+def test_precreated_claim_outlives_its_pod_and_is_deallocated_when_unreserved(
+    kube, objects, namespace, profile
+):
+    created = objects.create(plain_claim("c", profile))
+    objects.create(_pod("p", profile, "c"))
+    waits.pod_is_running(kube, "p", namespace)
+    waits.claim_is_allocated(kube, "c", namespace)
+    kube.delete("Pod", "p", namespace)
+    waits.pod_is_gone(kube, "p", namespace)
+    after = waits.claim_is_deallocated(kube, "c", namespace)
+    assert after["metadata"]["uid"] == created["metadata"]["uid"], "the claim was re-created"
+
+
+def test_pinned_claim_gets_the_same_device_back(kube, objects, namespace, profile):
+    device = pick_free_device(kube, profile)
+    objects.create(pinned_claim("c", profile, device))
+    for attempt in ("first", "second"):
+        objects.create(_pod(attempt, profile, "c", with_pod_node_selector(device.node)))
+        waits.pod_is_running(kube, attempt, namespace)
+        got = allocated_devices(waits.claim_is_allocated(kube, "c", namespace))
+        assert [(d.pool, d.device) for d in got] == [(device.pool, device.name)], attempt
+        kube.delete("Pod", attempt, namespace)
+        waits.pod_is_gone(kube, attempt, namespace)
+        waits.claim_is_deallocated(kube, "c", namespace)
+
+
+CONTAINER_REPORT = (
+    "echo ENV; env; echo DEV; ls /dev/vfio; echo META; "
+    "cat {meta}/resourceclaims/c/{request}/*-metadata.json; echo; echo END"
+)
+
+
+def _sections(log: str) -> dict[str, str]:
+    sections: dict[str, list[str]] = {}
+    current = ""
+    for line in log.splitlines():
+        if line in ("ENV", "DEV", "META", "END"):
+            current = line
+            sections[current] = []
+        elif current:
+            sections[current].append(line)
+    return {k: "\n".join(v) for k, v in sections.items()}
+
+
+def _first_json(stream: str) -> dict:
+    """KEP-5304 metadata files are JSON streams, newest version first."""
+    return json.JSONDecoder().raw_decode(stream.strip())[0]
+
+
+def test_cdi_env_device_nodes_and_metadata_reach_the_container(kube, objects, namespace,
+                                                               profile):
+    objects.create(plain_claim("c", profile))
+    objects.create(_pod("p", profile, "c", with_command(
+        "sh", "-c", CONTAINER_REPORT.format(meta=METADATA_ROOT, request=REQUEST) + "; sleep 3600"
+    )))
+    waits.pod_is_running(kube, "p", namespace)
+    attrs = claim_device_attributes(kube, waits.claim_is_allocated(kube, "c", namespace))[0]
+    out = waits.wait_for_log(kube, "p", namespace, "END")
+    sections = _sections(out)
+    env = dict(line.split("=", 1) for line in sections["ENV"].splitlines() if "=" in line)
+    assert env.get(f"DRA_NVME_{REQUEST.upper()}_PCI_ADDRESS") == attrs[PCI_BUS_ID], env
+    group = str(attrs[f"{profile.driver}/iommuGroup"])
+    assert {"vfio", group} <= set(sections["DEV"].split()), sections["DEV"]
+    metadata = _first_json(sections["META"])
+    assert metadata["apiVersion"].startswith("metadata.resource.k8s.io/")
+    devices = [d for r in metadata["requests"] if r["name"] == REQUEST for d in r["devices"]]
+    assert [d["attributes"][PCI_BUS_ID]["string"] for d in devices] == [attrs[PCI_BUS_ID]]
+
+
+@markers.requires(Capability.NODE_ACCESS)
+def test_prepared_device_is_bound_to_vfio_and_given_back_after_the_pod(
+    kube, objects, namespace, profile, cluster
+):
+    objects.create(plain_claim("c", profile))
+    objects.create(_pod("p", profile, "c"))
+    pod = waits.pod_is_running(kube, "p", namespace)
+    node = pod["spec"]["nodeName"]
+    bdf = claim_device_attributes(kube, waits.claim_is_allocated(kube, "c", namespace))[0][
+        PCI_BUS_ID]
+    link = f"{cluster.provider.sysfs_root(node)}/bus/pci/devices/{bdf}/driver"
+
+    def bound_driver() -> str:
+        return cluster.provider.node_exec(node, ["readlink", link]).strip().rsplit("/", 1)[-1]
+
+    assert bound_driver() == "vfio-pci"
+    kube.delete("Pod", "p", namespace)
+    waits.pod_is_gone(kube, "p", namespace)
+    waits.until(lambda: bound_driver() != "vfio-pci", Timeout.DEVICE_RELEASED,
+                f"{bdf} to leave vfio-pci after its pod")
+    assert bound_driver() == "nvme", "the device must go back to its original driver"
