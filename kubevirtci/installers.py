@@ -109,6 +109,10 @@ class DriverInstaller:
             _progress(f"applying {manifest}")
             docs = [self.adapt(d) for d in yaml.safe_load_all(manifest.read_text()) if d]
             apply_documents(self.kube, docs)
+            for doc in docs:
+                if doc["kind"] == "DaemonSet":
+                    wait_for_rollout(self.kube, doc["metadata"]["name"],
+                                     doc["metadata"]["namespace"])
         wait_for(
             self.kube, "DeviceClass", self.profile.device_class, None,
             lambda o: o is not None, Timeout.DRIVER_READY, "driver DeviceClass",
@@ -134,6 +138,27 @@ def apply_url(kube: Kube, url: str) -> None:
         except utils.FailToCreateError as err:
             if any(e.status != 409 for e in err.api_exceptions):
                 raise
+
+
+def daemonset_rolled_out(ds: dict[str, Any] | None) -> bool:
+    """Every scheduled pod runs the current template and is ready."""
+    if ds is None:
+        return False
+    status = ds.get("status") or {}
+    desired = status.get("desiredNumberScheduled", -1)
+    return (
+        status.get("observedGeneration", 0) >= ds["metadata"].get("generation", 1)
+        and desired > 0
+        and status.get("updatedNumberScheduled") == desired
+        and status.get("numberReady") == desired
+        and not status.get("numberUnavailable")
+    )
+
+
+def wait_for_rollout(kube: Kube, name: str, namespace: str) -> None:
+    _progress(f"waiting for DaemonSet {namespace}/{name} to roll out")
+    wait_for(kube, "DaemonSet", name, namespace, daemonset_rolled_out, Timeout.DRIVER_READY,
+             "DaemonSet rollout (updated and ready on every node)")
 
 
 def wait_for_slices(kube: Kube, driver: str) -> None:

@@ -60,6 +60,10 @@ class Provider(ABC):
         """The node's kubelet root dir, as node_exec sees it."""
         return "/var/lib/kubelet"
 
+    def cdi_dirs(self, node: str) -> list[str]:
+        """Where the node's container runtime reads CDI specs."""
+        return ["/etc/cdi", "/var/run/cdi"]
+
     def sanity_client(self, node: str) -> list[str]:
         """argv prefix running the dra-sanity client on the node."""
         return ["dra-sanity"]

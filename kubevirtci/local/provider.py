@@ -24,6 +24,10 @@ NO_KUBEVIRT = (
 )
 
 
+class NodeCommandFailed(AssertionError):
+    pass
+
+
 class LocalProvider(Provider):
     name = "local"
     emulated = (EMULATION_NOTE,)
@@ -57,13 +61,22 @@ class LocalProvider(Provider):
 
     def node_exec(self, node: str, argv: list[str]) -> str:
         """Nodes of the hermetic cluster are this host."""
-        return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+        result = subprocess.run(argv, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise NodeCommandFailed(
+                f"on {node}: `{' '.join(argv)}` exited {result.returncode}: "
+                f"{result.stderr.strip()[-800:]}"
+            )
+        return result.stdout
 
     def sysfs_root(self, node: str) -> str:
         return str(self.cluster.layout.emulation(node) / "sys")
 
     def kubelet_dir(self, node: str) -> str:
         return str(self.cluster.layout.kubelet_dir(node))
+
+    def cdi_dirs(self, node: str) -> list[str]:
+        return [str(self.cluster.layout.cdi_dir(node))]
 
     def sanity_client(self, node: str) -> list[str]:
         if "dra-sanity" not in self.cluster.bins:

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
 )
 
 func parseClaims(specs []string) ([]*drapb.Claim, error) {
@@ -31,12 +32,17 @@ func parseClaims(specs []string) ([]*drapb.Claim, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "resolve" {
+		resolve(os.Args[2:])
+		return
+	}
 	socket := flag.String("socket", "", "the plugin's dra.sock")
 	timeout := flag.Duration("timeout", 60*time.Second, "per-call timeout")
 	parallel := flag.Bool("parallel", false, "send one call per claim, all at once (concurrency check)")
 	flag.Parse()
 	if *socket == "" || flag.NArg() < 2 {
-		fmt.Fprintln(os.Stderr, "usage: dra-sanity --socket PATH prepare|unprepare NS/NAME/UID...")
+		fmt.Fprintln(os.Stderr, "usage: dra-sanity --socket PATH prepare|unprepare NS/NAME/UID...\n"+
+			"       dra-sanity resolve --cdi-dir DIR[,DIR] CDI-ID...")
 		os.Exit(2)
 	}
 	claims, err := parseClaims(flag.Args()[1:])
@@ -97,4 +103,40 @@ func emit(v any) {
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "dra-sanity:", err)
 	os.Exit(1)
+}
+
+// resolve loads the CDI specs of the given directories with the CDI library, as the
+// container runtime does, and reports for each device id whether it resolves and the
+// edits it carries.
+func resolve(args []string) {
+	fs := flag.NewFlagSet("resolve", flag.ExitOnError)
+	dirs := fs.String("cdi-dir", "/etc/cdi,/var/run/cdi", "comma-separated CDI spec dirs")
+	_ = fs.Parse(args)
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(strings.Split(*dirs, ",")...), cdi.WithAutoRefresh(false))
+	if err != nil {
+		fail(err)
+	}
+	specErrors := map[string][]string{}
+	for path, errs := range cache.GetErrors() {
+		for _, e := range errs {
+			specErrors[path] = append(specErrors[path], e.Error())
+		}
+	}
+	devices := map[string]any{}
+	for _, id := range fs.Args() {
+		dev := cache.GetDevice(id)
+		if dev == nil {
+			devices[id] = map[string]any{"found": false}
+			continue
+		}
+		var nodes []string
+		for _, n := range dev.ContainerEdits.DeviceNodes {
+			nodes = append(nodes, n.Path)
+		}
+		devices[id] = map[string]any{
+			"found": true, "spec": dev.GetSpec().GetPath(),
+			"env": dev.ContainerEdits.Env, "deviceNodes": nodes,
+		}
+	}
+	emit(map[string]any{"devices": devices, "specErrors": specErrors})
 }

@@ -1,0 +1,208 @@
+"""Driver sanity, in the spirit of csi-sanity: any DRA driver, checked through its
+ResourceSlices and, as the kubelet would call it, its plugin socket.
+
+Claims are allocated here by writing ``status.allocation`` as the scheduler does, so the
+plugin can be driven without a pod, including into states a scheduler never creates
+(one device allocated to two claims)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter, defaultdict
+
+import pytest
+
+from fixtures import markers, waits
+from fixtures.claims import REQUEST, FreeDevice, pick_free_device, plain_claim
+from fixtures.timeouts import Timeout
+from kubevirtci.capabilities import Capability
+
+pytestmark = [
+    markers.driver_sanity,
+    markers.requires(Capability.DRA_API, Capability.DRA_DRIVER),
+]
+needs_socket = markers.requires(Capability.DRIVER_PLUGIN_SOCKET, Capability.NODE_ACCESS)
+
+
+def _driver_slices(kube, profile):
+    return [s for s in kube.list("ResourceSlice") if s["spec"]["driver"] == profile.driver]
+
+
+def test_resource_slices_have_unique_devices_and_consistent_pools(kube, profile):
+    pools = defaultdict(list)
+    for s in _driver_slices(kube, profile):
+        pools[s["spec"]["pool"]["name"]].append(s)
+    assert pools, "the driver publishes no ResourceSlice"
+    for name, slices in pools.items():
+        generations = {s["spec"]["pool"]["generation"] for s in slices}
+        assert len(generations) == 1, f"pool {name} mixes generations {generations}"
+        counts = {s["spec"]["pool"]["resourceSliceCount"] for s in slices}
+        assert counts == {len(slices)}, f"pool {name}: resourceSliceCount {counts}, " \
+                                        f"{len(slices)} slices"
+        names = Counter(d["name"] for s in slices for d in s["spec"].get("devices") or [])
+        assert all(n == 1 for n in names.values()), f"pool {name} repeats {names}"
+
+
+def test_resource_slices_carry_the_profile_required_attributes(kube, profile):
+    for s in _driver_slices(kube, profile):
+        for device in s["spec"].get("devices") or []:
+            names = {k if "/" in k else f"{profile.driver}/{k}"
+                     for k in (device.get("attributes") or {})}
+            missing = set(profile.required_attributes) - names
+            assert not missing, f"device {device['name']} lacks {sorted(missing)}"
+
+
+class Plugin:
+    """The driver's kubelet plugin on one node, driven by the dra-sanity client."""
+
+    def __init__(self, cluster, profile, node):
+        self.provider = cluster.provider
+        self.profile = profile
+        self.node = node
+        kubelet = self.provider.kubelet_dir(node)
+        self.socket = profile.plugin_socket.replace("/var/lib/kubelet", kubelet, 1)
+        self.data_dir = self.socket.rsplit("/", 1)[0]
+
+    def _client(self, *args):
+        argv = [*self.provider.sanity_client(self.node), *args]
+        return json.loads(self.provider.node_exec(self.node, argv))
+
+    def call(self, verb, *claims, parallel=False):
+        refs = [f"{c['metadata']['namespace']}/{c['metadata']['name']}/{c['metadata']['uid']}"
+                for c in claims]
+        flags = ["--socket", self.socket] + (["--parallel"] if parallel else [])
+        return self._client(*flags, verb, *refs)
+
+    def resolve(self, ids):
+        return self._client("resolve", "--cdi-dir", ",".join(self.provider.cdi_dirs(self.node)),
+                            *ids)
+
+    def metadata(self, claim):
+        meta = claim["metadata"]
+        path = (f"{self.data_dir}/dra-device-metadata/{meta['namespace']}_{meta['name']}/"
+                f"{REQUEST}/metadata.json")
+        return json.JSONDecoder().raw_decode(self.provider.node_exec(self.node, ["cat", path]))[0]
+
+
+@pytest.fixture
+def device(kube, profile) -> FreeDevice:
+    return pick_free_device(kube, profile)
+
+
+@pytest.fixture
+def plugin(cluster, profile, device) -> Plugin:
+    return Plugin(cluster, profile, device.node)
+
+
+@pytest.fixture
+def allocate(kube, objects, profile):
+    """Create a claim and write its allocation to ``device`` as the scheduler would."""
+
+    def create(name: str, device: FreeDevice) -> dict:
+        claim = objects.create(plain_claim(name, profile))
+        meta = claim["metadata"]
+        allocation = {"devices": {"results": [{
+            "request": REQUEST, "driver": profile.driver, "pool": device.pool,
+            "device": device.name,
+        }]}, "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{
+            "key": "metadata.name", "operator": "In", "values": [device.node]}]}]}}
+        kube.raw(
+            "PATCH",
+            f"/apis/resource.k8s.io/v1/namespaces/{meta['namespace']}/resourceclaims/"
+            f"{meta['name']}/status",
+            {"status": {"allocation": allocation}}, "application/merge-patch+json",
+        )
+        return kube.get("ResourceClaim", name, meta["namespace"])
+
+    return create
+
+
+@pytest.fixture
+def prepared(plugin, allocate, device):
+    """A claim prepared through the socket; unprepared at teardown."""
+    claim = allocate("sane", device)
+    response = plugin.call("prepare", claim)
+    yield claim, response["claims"][claim["metadata"]["uid"]]
+    plugin.call("unprepare", claim)
+
+
+@needs_socket
+def test_prepare_returns_cdi_ids_that_resolve_in_a_parsable_spec(plugin, prepared, device):
+    claim, result = prepared
+    assert not result.get("error"), result
+    ids = [i for d in result["devices"] for i in d.get("cdi_device_ids") or []]
+    assert ids and [d["device_name"] for d in result["devices"]] == [device.name]
+    resolved = plugin.resolve(ids)
+    assert not any(resolved["specErrors"].values()), resolved["specErrors"]
+    assert all(resolved["devices"][i]["found"] for i in ids), resolved
+
+
+@needs_socket
+def test_metadata_file_lists_the_allocated_device(plugin, prepared, profile, device):
+    if not profile.device_metadata:
+        pytest.skip(f"profile {profile.name} declares no KEP-5304 device metadata")
+    claim, _ = prepared
+    metadata = plugin.metadata(claim)
+    devices = [d for r in metadata["requests"] if r["name"] == REQUEST for d in r["devices"]]
+    assert [(d["driver"], d["pool"], d["name"]) for d in devices] == [
+        (profile.driver, device.pool, device.name)]
+
+
+@needs_socket
+def test_prepare_twice_gives_the_same_answer(plugin, prepared):
+    claim, first = prepared
+    again = plugin.call("prepare", claim)["claims"][claim["metadata"]["uid"]]
+    assert again == first
+
+
+@needs_socket
+def test_unprepare_twice_and_unprepare_of_an_unknown_claim_are_fine(plugin, allocate, device):
+    claim = allocate("twice", device)
+    plugin.call("prepare", claim)
+    uid = claim["metadata"]["uid"]
+    for _ in range(2):
+        assert not plugin.call("unprepare", claim)["claims"][uid].get("error")
+    unknown = {"metadata": {"namespace": claim["metadata"]["namespace"], "name": "never",
+                            "uid": str(uuid.uuid4())}}
+    response = plugin.call("unprepare", unknown)
+    assert not response["claims"][unknown["metadata"]["uid"]].get("error"), response
+
+
+@needs_socket
+@markers.exclusive_devices
+def test_plugin_restart_keeps_prepared_claims(kube, plugin, prepared, profile, device):
+    claim, first = prepared
+    pods = [p for p in kube.list("Pod", label_selector=profile.plugin_pod_selector)
+            if p["spec"].get("nodeName") == device.node]
+    assert pods, f"no plugin pod of {profile.plugin_pod_selector} on {device.node}"
+    old = pods[0]
+    kube.delete("Pod", old["metadata"]["name"], old["metadata"]["namespace"])
+
+    def restarted_and_ready() -> bool:
+        return any(
+            p["metadata"]["uid"] != old["metadata"]["uid"]
+            and waits.has_condition(p, "Ready")
+            for p in kube.list("Pod", label_selector=profile.plugin_pod_selector)
+            if p["spec"].get("nodeName") == device.node
+        )
+
+    waits.until(restarted_and_ready, Timeout.PLUGIN_RESTART, "a new, ready plugin pod")
+    again = plugin.call("prepare", claim)["claims"][claim["metadata"]["uid"]]
+    assert again == first, "a restarted plugin must answer from its checkpoint"
+
+
+@needs_socket
+def test_no_device_is_prepared_for_two_claims_under_concurrent_requests(
+    plugin, allocate, device
+):
+    claims = [allocate(f"race-{i}", device) for i in range(2)]
+    response = plugin.call("prepare", *claims, parallel=True)
+    results = [r["claims"][c["metadata"]["uid"]] for r, c in zip(
+        response["responses"], claims, strict=True)]
+    succeeded = [r for r in results if not r.get("error")]
+    try:
+        assert len(succeeded) == 1, f"one device prepared for {len(succeeded)} claims: {results}"
+    finally:
+        for claim in claims:
+            plugin.call("unprepare", claim)
