@@ -48,7 +48,9 @@ class Capabilities:
         return self.missing.get(capability, f"capability {capability.value!r} not available")
 
     def unmet(self, required: list[Capability]) -> list[str]:
-        """Reasons for every required capability that is not present, in order."""
-        return [
-            f"{cap.value}: {self.reason_missing(cap)}" for cap in required if not self.has(cap)
-        ]
+        """One line per distinct reason, naming the missing capabilities it covers."""
+        by_reason: dict[str, list[str]] = {}
+        for cap in required:
+            if not self.has(cap):
+                by_reason.setdefault(self.reason_missing(cap), []).append(cap.value)
+        return [f"{', '.join(caps)}: {reason}" for reason, caps in by_reason.items()]

@@ -129,7 +129,7 @@ def prepared(plugin, allocate, device):
 
 @needs_socket
 def test_prepare_returns_cdi_ids_that_resolve_in_a_parsable_spec(plugin, prepared, device):
-    claim, result = prepared
+    _, result = prepared
     assert not result.get("error"), result
     ids = [i for d in result["devices"] for i in d.get("cdi_device_ids") or []]
     assert ids and [d["device_name"] for d in result["devices"]] == [device.name]
