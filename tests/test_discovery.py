@@ -1,0 +1,59 @@
+from kubevirtci.capabilities import Capability
+from kubevirtci.discovery import capabilities_from, discover, effective_gates
+
+DRIVER = "nvme.dra.kubevirt-conformance.io"
+DP = "devices.kubevirt.io/nvme"
+
+
+def test_kubevirt_1_9_cluster_facts(recorded):
+    facts = discover(recorded("cluster_kubevirt_1_9"))
+    assert facts.server_version == "v1.36.3"
+    assert facts.dra_versions == ["v1", "v1beta2"]
+    assert facts.nodes == ["node01", "node02"]
+    assert facts.kubevirt_version == "v1.9.0"
+    assert facts.drivers == {DRIVER: 3}
+    assert facts.devices_per_node[DRIVER] == {"node01": 2, "node02": 1}
+    # zero-valued extended resources are not device-plugin capacity
+    assert facts.device_plugin_resources == {
+        "node01": {DP: "1", "devices.kubevirt.io/kvm": "1k"}
+    }
+
+
+def test_beta_dra_gates_are_on_by_default_from_kubevirt_1_9(recorded):
+    facts = discover(recorded("cluster_kubevirt_1_9"))
+    assert facts.kubevirt_gates == ["GPUsWithDRA", "HostDevices", "HostDevicesWithDRA"]
+    caps = capabilities_from(facts, DRIVER, DP)
+    for cap in (Capability.DRA_API, Capability.DRA_DRIVER, Capability.KUBEVIRT,
+                Capability.KUBEVIRT_DRA_GATES, Capability.LAUNCHER_METADATA,
+                Capability.DEVICE_PLUGIN_NVME, Capability.TWO_DEVICES_PER_NODE):
+        assert caps.has(cap), cap
+    assert "removed in v1.8.0" in caps.reason_missing(Capability.KUBEVIRT_DEVICE_STATUS)
+    assert "PersistentDRAClaims" in caps.reason_missing(Capability.PERSISTENT_DRA_CLAIMS)
+
+
+def test_disabled_gates_win_over_defaults():
+    cr = {"spec": {"configuration": {"developerConfiguration": {
+        "featureGates": ["HostDevices"], "disabledFeatureGates": ["GPUsWithDRA"]}}}}
+    assert effective_gates(cr, "v1.9.1") == ["HostDevices", "HostDevicesWithDRA"]
+    assert effective_gates(cr, "v1.8.0") == ["HostDevices"]
+
+
+def test_cluster_without_kubevirt_denies_every_kubevirt_capability_with_one_reason(recorded):
+    caps = capabilities_from(discover(recorded("cluster_without_kubevirt")), DRIVER, DP)
+    assert caps.has(Capability.DRA_API)
+    assert not caps.has(Capability.DRA_DRIVER)
+    assert "drivers seen: none" in caps.reason_missing(Capability.DRA_DRIVER)
+    unmet = caps.unmet([Capability.KUBEVIRT, Capability.KUBEVIRT_DRA_GATES,
+                        Capability.LAUNCHER_METADATA])
+    assert unmet == ["kubevirt, kubevirt-dra-gates, launcher-metadata: "
+                     "KubeVirt is not installed on this cluster"]
+
+
+def test_old_cluster_without_resource_v1_and_kubevirt_1_7(recorded):
+    caps = capabilities_from(discover(recorded("cluster_1_33_kubevirt_1_7")), DRIVER, DP)
+    assert not caps.has(Capability.DRA_API)
+    assert "serves v1beta2, v1beta1" in caps.reason_missing(Capability.DRA_API)
+    assert "Kubernetes 1.34+" in caps.reason_missing(Capability.DRA_API)
+    assert caps.has(Capability.KUBEVIRT_DEVICE_STATUS)
+    assert caps.has(Capability.PERSISTENT_DRA_CLAIMS)
+    assert "predates KEP-5304" in caps.reason_missing(Capability.LAUNCHER_METADATA)

@@ -1,0 +1,77 @@
+import pytest
+
+from fixtures.guest import ConsoleSession, GuestCommandFailed
+from fixtures.launcher import hostdev_sources, metadata_dir, pci_resource_env_name
+
+
+class ScriptedConsole:
+    """A serial console that answers what the shell would, with input echo."""
+
+    def __init__(self, logged_in=False):
+        self.pending = "" if not logged_in else "[fedora@vm ~]$ "
+        self.logged_in = logged_in
+        self.sent = []
+
+    def send(self, data):
+        self.sent.append(data)
+        self.pending += data  # echo
+        if not self.logged_in and data == "\n":
+            self.pending += "vm login: "
+        elif data == "fedora\n" and "Password" not in self.pending:
+            self.pending += "Password: "
+        elif data == "secret\n":
+            self.logged_in = True
+            self.pending += "[fedora@vm ~]$ "
+        elif data.startswith("printf 'BEGIN"):
+            marker = data.split()[2].rstrip(";")
+            code = 3 if "false" in data else 0
+            self.pending += f"BEGIN-{marker}-\r\n1b36:0010\r\nEND-{marker}-{code}-\r\n$ "
+
+    def receive(self, timeout):
+        out, self.pending = self.pending, ""
+        return out
+
+
+def test_console_session_logs_in_and_returns_command_output():
+    console = ScriptedConsole()
+    session = ConsoleSession(console, "fedora", "secret")
+    session.login()
+    assert console.sent[:3] == ["\n", "fedora\n", "secret\n"]
+    assert session.run("cat /sys/bus/pci/devices/*/vendor") == "1b36:0010\n"
+
+
+def test_console_session_reports_a_failing_command_with_its_exit_code():
+    session = ConsoleSession(ScriptedConsole(logged_in=True), "u", "p")
+    with pytest.raises(GuestCommandFailed, match="exited 3"):
+        session.run("false")
+
+
+DOMAIN_XML = """
+<domain type='kvm'><devices>
+  <hostdev mode='subsystem' type='pci' managed='no'>
+    <source><address domain='0x0000' bus='0x00' slot='0x05' function='0x0'/></source>
+    <alias name='dra-hostdevice-nvme'/>
+    <address type='pci' domain='0x0000' bus='0x09' slot='0x00' function='0x0'/>
+  </hostdev>
+  <hostdev mode='subsystem' type='pci' managed='no'>
+    <source><address domain='0x0000' bus='0x00' slot='0x06' function='0x0'/></source>
+    <alias name='ua-hostdevice-dp'/>
+  </hostdev>
+</devices></domain>
+"""
+
+
+def test_hostdev_source_addresses_by_alias():
+    assert hostdev_sources(DOMAIN_XML) == {
+        "dra-hostdevice-nvme": "0000:00:05.0",
+        "ua-hostdevice-dp": "0000:00:06.0",
+    }
+
+
+def test_kubevirt_paths_and_env_names_follow_the_facts():
+    assert metadata_dir("claim", "nvme", "dev") == \
+        "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/nvme/dev"
+    assert metadata_dir("template", "gpu", "g") == \
+        "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpu/g"
+    assert pci_resource_env_name("devices.kubevirt.io/nvme") == \
+        "PCI_RESOURCE_DEVICES_KUBEVIRT_IO_NVME"

@@ -1,0 +1,37 @@
+from kubevirtci.installers import daemonset_rolled_out, kubevirt_cr_patch
+
+
+def test_patch_adds_dra_gates_and_the_nvme_device_plugin_path_keeping_existing_config():
+    cr = {"spec": {"configuration": {
+        "developerConfiguration": {"featureGates": ["Snapshot"]},
+        "permittedHostDevices": {"pciHostDevices": [
+            {"pciVendorSelector": "10de:1eb8", "resourceName": "nvidia.com/T4"}]},
+    }}}
+    patch = kubevirt_cr_patch(cr)
+    config = patch["spec"]["configuration"]
+    assert config["developerConfiguration"]["featureGates"] == [
+        "Snapshot", "HostDevices", "HostDevicesWithDRA", "GPUsWithDRA"]
+    assert config["permittedHostDevices"]["pciHostDevices"] == [
+        {"pciVendorSelector": "10de:1eb8", "resourceName": "nvidia.com/T4"},
+        {"pciVendorSelector": "1b36:0010", "resourceName": "devices.kubevirt.io/nvme"},
+    ]
+    assert cr["spec"]["configuration"]["developerConfiguration"]["featureGates"] == ["Snapshot"]
+
+
+def test_patch_is_idempotent():
+    cr = {"spec": {}}
+    first = kubevirt_cr_patch(cr)
+    assert kubevirt_cr_patch({"spec": first["spec"]}) is None
+
+
+def test_daemonset_rollout_needs_every_pod_updated_and_ready():
+    ds = {"metadata": {"generation": 2}, "status": {
+        "observedGeneration": 2, "desiredNumberScheduled": 2, "updatedNumberScheduled": 2,
+        "numberReady": 2}}
+    assert daemonset_rolled_out(ds)
+    ds["status"]["numberReady"] = 1
+    assert not daemonset_rolled_out(ds)
+    assert not daemonset_rolled_out(None)
+    assert not daemonset_rolled_out({"metadata": {"generation": 3}, "status": {
+        "observedGeneration": 2, "desiredNumberScheduled": 1, "updatedNumberScheduled": 1,
+        "numberReady": 1}})

@@ -1,0 +1,128 @@
+from pathlib import Path
+
+import pytest
+
+from fixtures.errors import SuiteUsageError
+from kubevirtci.kubevirtci_provider import (
+    KubevirtciProvider,
+    KubevirtciSettings,
+    cluster_image,
+    parse_last_line,
+)
+from kubevirtci.runner import CommandFailed, CommandResult
+
+
+class RecordingRunner:
+    """Records every command; answers from a script keyed by the command's first args."""
+
+    def __init__(self, answers=None):
+        self.calls = []
+        self.answers = answers or {}
+
+    def run(self, argv, env=None, cwd=None, label=""):
+        self.calls.append({"argv": list(argv), "env": dict(env or {}), "cwd": cwd})
+        code, out = self.answers.get(tuple(argv[:2]), (0, ""))
+        return CommandResult(tuple(argv), code, out)
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    (tmp_path / "cluster-up").mkdir()
+    return tmp_path
+
+
+def provider(checkout, runner, **kw):
+    settings = KubevirtciSettings(tag="2611201503-abcdef0", checkout=checkout, **kw)
+    return KubevirtciProvider(settings, runner, base_env={"PATH": "/usr/bin"})
+
+
+def test_cluster_up_runs_make_with_the_nvme_layout_and_two_nodes(checkout):
+    runner = RecordingRunner()
+    provider(checkout, runner).up()
+    (call,) = runner.calls
+    assert call["argv"] == ["make", "cluster-up"]
+    assert call["cwd"] == checkout
+    env = call["env"]
+    assert env["KUBEVIRT_PROVIDER_EXTRA_ARGS"] == "--nvme 1G --nvme 1G"
+    assert env["KUBEVIRT_NUM_NODES"] == "2"
+    assert env["KUBEVIRT_PROVIDER"] == "k8s-1.36"
+    assert env["KUBEVIRTCI_TAG"] == "2611201503-abcdef0"
+    assert env["PATH"] == "/usr/bin"
+
+
+def test_settings_from_env_honour_kubevirtci_variables():
+    s = KubevirtciSettings.from_env(
+        {"KDC_KUBEVIRTCI_TAG": "t1", "KUBEVIRT_PROVIDER": "k8s-1.35", "KUBEVIRT_NUM_NODES": "3",
+         "KUBEVIRT_PROVIDER_EXTRA_ARGS": "--nvme 2G"}, None, keep_cluster=True)
+    assert (s.tag, s.k8s_provider, s.num_nodes, s.nvme_args, s.keep_cluster) == (
+        "t1", "k8s-1.35", 3, "--nvme 2G", True)
+
+
+def test_missing_tag_is_one_clear_error():
+    with pytest.raises(SuiteUsageError, match="KDC_KUBEVIRTCI_TAG"):
+        KubevirtciSettings.from_env({}, None, keep_cluster=False)
+
+
+def test_absent_checkout_is_cloned_at_the_pinned_tag(tmp_path, monkeypatch):
+    monkeypatch.setattr("kubevirtci.kubevirtci_provider.CACHE_ROOT", tmp_path)
+    runner = RecordingRunner()
+    p = KubevirtciProvider(KubevirtciSettings(tag="v9"), runner, base_env={})
+    p.up()
+    assert runner.calls[0]["argv"] == [
+        "git", "clone", "--depth", "1", "--branch", "v9",
+        "https://github.com/kubevirt/kubevirtci.git", str(tmp_path / "kubevirtci-v9")]
+    assert runner.calls[1]["argv"] == ["make", "cluster-up"]
+
+
+def test_given_path_that_is_not_a_checkout_is_refused(tmp_path):
+    with pytest.raises(SuiteUsageError, match="not a kubevirtci checkout"):
+        provider(tmp_path, RecordingRunner()).up()
+
+
+def test_kubeconfig_and_registry_port_are_parsed_from_the_helpers(checkout):
+    runner = RecordingRunner({
+        ("cluster-up/kubeconfig.sh",): (
+            0, "selecting podman\n/ci/_ci-configs/k8s-1.36/.kubeconfig\n"),
+        ("cluster-up/cli.sh", "ports"): (0, "5000\n"),
+    })
+    p = provider(checkout, runner)
+    assert p.kubeconfig() == Path("/ci/_ci-configs/k8s-1.36/.kubeconfig")
+    assert p.registry_port() == 5000
+    assert runner.calls[1]["argv"] == ["cluster-up/cli.sh", "ports", "registry"]
+
+
+def test_images_are_pushed_to_the_cluster_registry_and_pulled_by_its_name(checkout):
+    runner = RecordingRunner({("cluster-up/cli.sh", "ports"): (0, "41234\n")})
+    p = provider(checkout, runner)
+    p.load_images(["localhost/kdc/nvme-dra-driver:dev"])
+    push = runner.calls[-1]["argv"]
+    assert push[:3] == ["skopeo", "copy", "--dest-tls-verify=false"]
+    assert push[-1] == "docker://localhost:41234/kdc/nvme-dra-driver:dev"
+    assert cluster_image("localhost/kdc/nvme-dra-driver:dev") == \
+        "registry:5000/kdc/nvme-dra-driver:dev"
+
+
+def test_node_exec_goes_through_ssh_sh_and_down_respects_keep_cluster(checkout):
+    runner = RecordingRunner()
+    p = provider(checkout, runner)
+    p.node_exec("node02", ["readlink", "/sys/bus/pci/devices/0000:00:05.0/driver"])
+    assert runner.calls[-1]["argv"] == [
+        "cluster-up/ssh.sh", "node02", "--", "readlink",
+        "/sys/bus/pci/devices/0000:00:05.0/driver"]
+    p.down()
+    assert runner.calls[-1]["argv"] == ["make", "cluster-down"]
+    kept = RecordingRunner()
+    provider(checkout, kept, keep_cluster=True).down()
+    assert kept.calls == []
+
+
+def test_failed_cluster_up_names_the_command_and_the_fix(checkout):
+    runner = RecordingRunner({("make", "cluster-up"): (2, "no /dev/kvm\n")})
+    with pytest.raises(CommandFailed, match=r"`make cluster-up` exited 2. Fix: .*nested KVM"):
+        provider(checkout, runner).up()
+
+
+def test_parse_last_line_skips_blank_lines():
+    assert parse_last_line("a\n\n  b  \n\n") == "b"
+    with pytest.raises(ValueError):
+        parse_last_line("\n")

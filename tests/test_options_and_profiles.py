@@ -1,0 +1,89 @@
+from pathlib import Path
+
+import pytest
+
+from fixtures import options
+from fixtures.errors import SuiteUsageError
+from fixtures.profile import load, parse
+
+
+class FakeConfig:
+    def __init__(self, **given):
+        self.given = given
+
+    def getoption(self, dest):
+        return self.given.get(dest)
+
+
+def test_defaults_use_the_local_provider_and_reference_profile():
+    opts = options.resolve(FakeConfig(), env={})
+    assert opts.provider == "local" and opts.profile == "reference-nvme"
+    assert opts.run_id.isalnum() and opts.artifacts_dir == Path("_output") / f"run-{opts.run_id}"
+    assert not opts.certify
+
+
+def test_environment_sets_options_and_the_command_line_wins(tmp_path):
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text("apiVersion: v1\n")
+    env = {"KDC_PROVIDER": "existing", "KUBECONFIG": str(kubeconfig), "KDC_CERTIFY": "true",
+           "KDC_RUN_ID": "abc123", "KDC_PROFILE": "from-env"}
+    opts = options.resolve(FakeConfig(profile="from-cli"), env=env)
+    assert (opts.provider, opts.kubeconfig, opts.certify, opts.run_id, opts.profile) == (
+        "existing", kubeconfig, True, "abc123", "from-cli")
+
+
+@pytest.mark.parametrize(("given", "env", "message"), [
+    ({"provider": "kind"}, {}, "unknown provider 'kind'"),
+    ({"provider": "existing"}, {}, "needs a kubeconfig"),
+    ({"kubeconfig": "/nonexistent/kc"}, {}, "does not exist"),
+    ({"run_id": "not valid!"}, {}, "not a valid label value"),
+])
+def test_bad_options_give_one_error_naming_the_fix(given, env, message):
+    with pytest.raises(SuiteUsageError, match=message) as err:
+        options.resolve(FakeConfig(**given), env=env)
+    assert "Fix:" in str(err.value)
+
+
+def test_reference_profile_loads():
+    p = load("reference-nvme")
+    assert p.driver == "nvme.dra.kubevirt-conformance.io"
+    assert p.device_kind == "hostDevice" and p.pci_vendor_device == "1b36:0010"
+    assert p.plugin_socket == "/var/lib/kubelet/plugins/nvme.dra.kubevirt-conformance.io/dra.sock"
+    assert all(m.is_file() for m in p.manifests)
+    assert "resource.kubernetes.io/pciBusID" in p.required_attributes
+
+
+def test_unknown_profile_lists_the_known_ones():
+    with pytest.raises(SuiteUsageError, match=r"reference-nvme"):
+        load("no-such-profile")
+
+
+def test_broken_yaml_profile_names_the_problem(tmp_path):
+    path = tmp_path / "vendor.yaml"
+    path.write_text("driver: [unclosed\n")
+    with pytest.raises(SuiteUsageError, match="not valid YAML"):
+        load(str(path))
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ([], "not a mapping"),
+    ({"driver": "d"}, "lacks 'deviceClass'"),
+    ({"driver": "d", "deviceClass": "c", "deviceKind": "nic", "pciVendorDevice": "1:2",
+      "identityAttribute": "d/serial"}, "deviceKind 'nic'"),
+    ({"driver": "d", "deviceClass": "c", "deviceKind": "gpu", "pciVendorDevice": "1:2",
+      "identityAttribute": "d/serial", "promises": {"sameDeviceAfterRestartUnpinned": "maybe"}},
+     "sameDeviceAfterRestartUnpinned"),
+])
+def test_profile_validation_errors(data, message, tmp_path):
+    with pytest.raises(SuiteUsageError, match=message):
+        parse(data, tmp_path / "p.yaml")
+
+
+def test_vendor_profile_minimal_and_defaults(tmp_path):
+    p = parse({"driver": "gpu.example.com", "deviceClass": "gpu.example.com",
+               "deviceKind": "gpu", "pciVendorDevice": "10de:2236",
+               "identityAttribute": "gpu.example.com/uuid",
+               "promises": {"sameDeviceAfterRestartUnpinned": True}}, tmp_path / "v.yaml")
+    assert p.same_device_unpinned == "yes"
+    assert p.plugin_pod_selector == "app.kubernetes.io/name=v-driver"
+    assert p.manifests == ()
