@@ -34,7 +34,7 @@ def run_properties(config: pytest.Config) -> dict[str, str]:
     return props
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)  # before junitxml writes the file
 def pytest_sessionfinish(session: pytest.Session) -> None:
     xml = session.config.stash.get(xml_key, None)
     if xml is None:

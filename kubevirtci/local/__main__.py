@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kubevirtci.local")
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="build (cached) and start the cluster, or reuse it")
-    up.add_argument("--nodes", type=int, default=1)
+    up.add_argument("--nodes", type=int, default=2, help="kubevirtci runs two")
     up.add_argument("--nvme", action="append", help="emulated controller size (repeat)")
     down = sub.add_parser("down", help="stop the cluster")
     down.add_argument("--force", action="store_true",

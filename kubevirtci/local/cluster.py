@@ -15,6 +15,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import filelock
 import yaml
 
 from fixtures.errors import SuiteUsageError
@@ -63,7 +64,7 @@ def _kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path, user: 
 
 
 class LocalCluster:
-    def __init__(self, layout: Layout | None = None, nodes: int = 1,
+    def __init__(self, layout: Layout | None = None, nodes: int = 2,
                  nvme: tuple[str, ...] = ("1G", "1G")) -> None:
         self.layout = layout or Layout()
         self.node_count = nodes
@@ -354,8 +355,25 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri"]
         return all(self.supervisor.pid(name) for name in wanted)
 
     def up(self) -> Path:
+        """Start the cluster, or reuse the running one; one caller at a time (xdist)."""
+        self.layout.root.parent.mkdir(parents=True, exist_ok=True)
+        with filelock.FileLock(str(self.layout.root.parent / f"{self.layout.root.name}.lock")):
+            return self._up()
+
+    def _up(self) -> Path:
         start = time.monotonic()
         self.build()
+        if self.running():
+            config = self.config()
+            for node in config.nodes:
+                self._import_images(node)  # a changed driver gets a new image tag
+            progress(f"reusing the running cluster ({self.layout.root})")
+            return self.layout.admin_kubeconfig
+        if not self.running() and self.layout.root.exists():
+            # State of a stopped or killed run: sweep it and start clean (a new cluster
+            # takes seconds; half-alive state would cost more to debug).
+            progress(f"sweeping stale cluster state in {self.layout.root}")
+            self.down(force=True)
         config = self.config()
         if not self.running():
             self._check_ports(config)

@@ -116,10 +116,17 @@ def build(component: Component, runner: CommandRunner | None = None) -> Path:
     return component.bin_dir
 
 
-def check_host_packages() -> None:
+def check_host_packages(runner: CommandRunner | None = None) -> None:
+    """Install missing Debian packages when that is safe (root with apt), else say how."""
     missing = [pkg for pkg, path in APT_REQUIREMENTS if not Path(path).exists()]
-    if missing:
-        raise SuiteUsageError(
-            f"the hermetic cluster needs Debian packages {', '.join(missing)}",
-            f"run `apt-get install -y {' '.join(missing)}` (as .ci/run does)",
-        )
+    if not missing:
+        return
+    fix = f"run `apt-get install -y {' '.join(missing)}` as root"
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise SuiteUsageError(f"the hermetic cluster needs Debian packages {', '.join(missing)}",
+                              fix)
+    runner = runner or StreamingRunner()
+    sys.stderr.write(f"[prereqs] installing Debian packages {', '.join(missing)}\n")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    check(runner.run(["apt-get", "update", "-qq"], env=env, label="apt"), fix)
+    check(runner.run(["apt-get", "install", "-y", "-qq", *missing], env=env, label="apt"), fix)
