@@ -118,11 +118,15 @@ class KubevirtciProvider(Provider):
                 f"docker://localhost:{port}/{name}"]
 
     def load_images(self, images: list[str]) -> None:
+        """Build each image as an OCI archive here and push it to the cluster registry."""
+        from kubevirtci.local.cluster import build_driver_archive
+
         port = self.registry_port()
         for image in images:
             archive = CACHE_ROOT / "images" / (image.replace("/", "_").replace(":", "_") + ".tar")
+            build_driver_archive(image, archive)
             check(self.runner.run(self.push_command(archive, image, port), label="push"),
-                  "install skopeo and build the image first (driver/Makefile image)")
+                  "install skopeo (apt-get install skopeo)")
 
     def adapt_manifest(self, doc: dict[str, Any]) -> dict[str, Any]:
         """Images pushed by load_images are pulled by the nodes from ``registry:5000``."""

@@ -91,10 +91,15 @@ def test_kubeconfig_and_registry_port_are_parsed_from_the_helpers(checkout):
     assert runner.calls[1]["argv"] == ["cluster-up/cli.sh", "ports", "registry"]
 
 
-def test_images_are_pushed_to_the_cluster_registry_and_pulled_by_its_name(checkout):
+def test_images_are_pushed_to_the_cluster_registry_and_pulled_by_its_name(checkout,
+                                                                          monkeypatch):
+    built = []
+    monkeypatch.setattr("kubevirtci.local.cluster.build_driver_archive",
+                        lambda name, archive: built.append((name, archive)))
     runner = RecordingRunner({("cluster-up/cli.sh", "ports"): (0, "41234\n")})
     p = provider(checkout, runner)
     p.load_images(["localhost/kdc/nvme-dra-driver:dev"])
+    assert built[0][0] == "localhost/kdc/nvme-dra-driver:dev"
     push = runner.calls[-1]["argv"]
     assert push[:3] == ["skopeo", "copy", "--dest-tls-verify=false"]
     assert push[-1] == "docker://localhost:41234/kdc/nvme-dra-driver:dev"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from fixtures.errors import SuiteUsageError
-from kubevirtci.local.cluster import LocalCluster
+from kubevirtci.local.cluster import LocalCluster, build_driver_archive
 from kubevirtci.runner import CommandFailed
 
 
@@ -24,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     logs = sub.add_parser("logs", help="last lines of a component's log")
     logs.add_argument("component", nargs="?")
     logs.add_argument("-n", "--lines", type=int, default=40)
+    image = sub.add_parser("driver-image", help="build the driver image as an OCI archive")
+    image.add_argument("--out", required=True)
+    image.add_argument("--name", default="localhost/kdc/nvme-dra-driver:dev")
     args = parser.parse_args(argv)
 
     try:
@@ -33,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "down":
             for item in LocalCluster().down(force=args.force):
                 print(f"cleaned {item}")
+        elif args.command == "driver-image":
+            print(build_driver_archive(args.name, Path(args.out)))
         elif args.command == "status":
             print(json.dumps(LocalCluster().status(), indent=1))
         else:

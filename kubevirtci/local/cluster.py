@@ -488,3 +488,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri"]
             "processes": {n: ("running" if self.supervisor.pid(n) else "dead") for n in names},
             "running": self.running(),
         }
+
+
+def build_driver_archive(name: str, archive: Path) -> Path:
+    """The driver image as an OCI archive, built locally (no registry, no daemon)."""
+    bin_dir = components.build(components.driver_component(driver_version()))
+    return images.write_oci_archive(images.driver_image(name, bin_dir), archive)

@@ -1,0 +1,102 @@
+"""Benchmarks of the numbers we hold ourselves to. Prints ratios and writes JSON under
+the run output folder; never a timed assertion.
+
+    python scripts/benchmark.py [--runs N] [--skip-parallel]
+
+Measures: hermetic cluster ready from cached binaries (target <= 60 s), cluster RSS
+(<= 3 GiB), full hermetic conformance run (<= 15 min), -n 2 speed-up (>= 1.5x),
+per-test fixture overhead (median <= 2 s) and flakes over N consecutive runs (0)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kubevirtci.local.cluster import LocalCluster  # noqa: E402
+
+OUT = ROOT / "_output" / "benchmarks"
+
+
+def cluster_rss_bytes(cluster: LocalCluster) -> int:
+    total = 0
+    for name in cluster.supervisor.names():
+        pid = cluster.supervisor.pid(name)
+        if not pid:
+            continue
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def conformance_run(tag: str, workers: int) -> dict[str, object]:
+    junit = OUT / f"junit-{tag}.xml"
+    argv = [sys.executable, "-m", "pytest", "suites", "-q", "-p", "no:randomly",
+            "--keep-cluster", f"--junitxml={junit}", "-n", str(workers)]
+    start = time.monotonic()
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    elapsed = time.monotonic() - start
+    suite = ET.parse(junit).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    cases = suite.findall("testcase")
+    passed = [c for c in cases if not list(c)]
+    return {
+        "workers": workers, "seconds": round(elapsed, 1), "exit": result.returncode,
+        "passed": len(passed), "failed": int(suite.get("failures", 0)) + int(
+            suite.get("errors", 0)),
+        "skipped": int(suite.get("skipped", 0)),
+        "test_seconds": [float(c.get("time", 0)) for c in passed],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=1, help="consecutive runs for flakes")
+    parser.add_argument("--skip-parallel", action="store_true")
+    args = parser.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    cluster = LocalCluster()
+    cluster.down(force=True)
+    cluster.build()  # warm the cache, so the next number is "from cached binaries"
+    start = time.monotonic()
+    cluster.up()
+    results: dict[str, object] = {
+        "cluster_ready_seconds": round(time.monotonic() - start, 1),
+        "cluster_rss_bytes": cluster_rss_bytes(cluster),
+    }
+    runs = [conformance_run(f"serial-{i}", 0) for i in range(args.runs)]
+    results["serial_runs"] = runs
+    results["flaky_runs"] = sum(1 for r in runs if r["failed"])
+    durations = [t for r in runs for t in r["test_seconds"]]
+    results["median_test_seconds"] = statistics.median(durations) if durations else None
+    if not args.skip_parallel:
+        parallel = conformance_run("parallel", 2)
+        results["parallel_run"] = parallel
+        results["parallel_speedup"] = round(runs[0]["seconds"] / parallel["seconds"], 2)
+    cluster.down()
+    path = OUT / f"benchmark-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(results, indent=1))
+    gib = results["cluster_rss_bytes"] / 2**30
+    print(f"cluster ready: {results['cluster_ready_seconds']} s (target <= 60)")
+    print(f"cluster RSS: {gib:.2f} GiB (target <= 3)")
+    print(f"full conformance run: {runs[0]['seconds']} s (target <= 900)")
+    print(f"median per-test time: {results['median_test_seconds']} s "
+          "(fixture overhead included; target <= 2 s overhead)")
+    if "parallel_speedup" in results:
+        print(f"-n 2 speed-up: {results['parallel_speedup']}x (target >= 1.5)")
+    print(f"flaky runs: {results['flaky_runs']} of {len(runs)} (target 0)")
+    print(f"written: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
