@@ -8,6 +8,7 @@ import json
 
 from fixtures import markers, waits
 from fixtures.builders.pod import (
+    EXIT_ON_TERM,
     new_pod,
     with_command,
     with_container_claim,
@@ -117,8 +118,9 @@ def _first_json(stream: str) -> dict:
 def test_cdi_env_device_nodes_and_metadata_reach_the_container(kube, objects, namespace,
                                                                profile):
     objects.create(plain_claim("c", profile))
+    report = CONTAINER_REPORT.format(meta=METADATA_ROOT, request=REQUEST)
     objects.create(_pod("p", profile, "c", with_command(
-        "sh", "-c", CONTAINER_REPORT.format(meta=METADATA_ROOT, request=REQUEST) + "; sleep 3600"
+        "sh", "-c", f"{EXIT_ON_TERM}; {report}; sleep 3600 & wait"
     )))
     waits.pod_is_running(kube, "p", namespace)
     attrs = claim_device_attributes(kube, waits.claim_is_allocated(kube, "c", namespace))[0]

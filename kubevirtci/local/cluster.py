@@ -295,27 +295,29 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri"]
         return path
 
     def _import_images(self, node: str) -> None:
-        archives = self._image_archives()
-        for archive in archives:
-            subprocess.run(
-                [self._bin("ctr"), "-a", str(self.layout.containerd_socket(node)), "-n", "k8s.io",
-                 "images", "import", "--local", str(archive)],
-                check=True, capture_output=True, text=True,
-            )
+        """Import the images a node lacks (tags change with content, so present = same)."""
+        ctr = [self._bin("ctr"), "-a", str(self.layout.containerd_socket(node)), "-n", "k8s.io"]
+        present = set(subprocess.run([*ctr, "images", "ls", "-q"], check=True,
+                                     capture_output=True, text=True).stdout.split())
+        for name, spec in self._image_specs().items():
+            if name in present:
+                continue
+            archive = self.layout.images / (name.replace("/", "_").replace(":", "_") + ".tar")
+            images.write_oci_archive(spec, archive)
+            subprocess.run([*ctr, "images", "import", "--local", str(archive)],
+                           check=True, capture_output=True, text=True)
 
-    def driver_image(self) -> str:
-        """A new tag for every driver change, so a reused cluster rolls the DaemonSet."""
-        return f"{DRIVER_REPOSITORY}:{driver_version()}"
-
-    def _image_archives(self) -> list[Path]:
-        out = self.layout.images
+    def _image_specs(self) -> dict[str, images.ImageSpec]:
         specs = [
             images.pause_image(PAUSE_IMAGE, self.bins["pause"]),
             images.driver_image(self.driver_image(), self.bins["nvme-dra-driver"].parent),
             images.busybox_image(BUSYBOX_IMAGE),
         ]
-        return [images.write_oci_archive(s, out / (s.name.replace("/", "_").replace(":", "_")
-                                                   + ".tar")) for s in specs]
+        return {spec.name: spec for spec in specs}
+
+    def driver_image(self) -> str:
+        """A new tag for every driver change, so a reused cluster rolls the DaemonSet."""
+        return f"{DRIVER_REPOSITORY}:{driver_version()}"
 
     def _start_node(self, node: str, index: int, config: ClusterConfig,
                     certs: dict[str, tuple[Path, Path]]) -> None:
