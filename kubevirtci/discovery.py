@@ -53,6 +53,8 @@ def effective_gates(kubevirt_cr: dict[str, Any], version: str | None) -> list[st
         "developerConfiguration"
     ) or {}
     enabled = set(dev.get("featureGates") or [])
+    # disabledFeatureGates (turning a default-on beta gate off) is honoured when present;
+    # its exact field name is not confirmed against a KubeVirt release.
     disabled = set(dev.get("disabledFeatureGates") or [])
     parsed = parse_version(version)
     if parsed:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from kubernetes.client.rest import ApiException
 
@@ -121,3 +123,44 @@ def test_deleting_a_claim_in_use_does_not_take_the_device_from_a_running_vm(
     assert (claim.get("status") or {}).get("reservedFor"), "reservation dropped while in use"
     again = vms.running(kube, namespace, "vm")
     assert again.vmi["metadata"]["uid"] == vm.vmi["metadata"]["uid"]
+
+
+@markers.exclusive_devices
+def test_dra_host_devices_are_rejected_while_the_host_devices_gate_is_off(
+    kube, objects, profile, cluster
+):
+    """The gate rule, broken once: DRA hostDevices also need ``HostDevices`` (alpha, off by
+    default). The gate is turned off cluster-wide under the exclusive lease and restored."""
+    kubevirt = kube.list("KubeVirt")[0]
+    meta = kubevirt["metadata"]
+    dev = kubevirt["spec"].get("configuration", {}).get("developerConfiguration", {})
+    gates = list(dev.get("featureGates") or [])
+
+    def set_gates(value):
+        kube.patch("KubeVirt", meta["name"], {"spec": {"configuration": {
+            "developerConfiguration": {"featureGates": value}}}}, meta["namespace"])
+
+    vm = vms.guest_vm("vm-gate-off", profile, with_claim_reference("c", "c"),
+                      with_dra_host_device("d", "c", REQUEST))
+    rejection: list[str] = []
+
+    def rejected() -> bool:
+        try:
+            objects.create(copy.deepcopy(vm))
+        except ApiException as err:
+            if err.status in (400, 422):
+                rejection.append(err.body)
+                return True
+            raise
+        kube.delete("VirtualMachine", "vm-gate-off", objects.namespace)
+        waits.wait_for(kube, "VirtualMachine", "vm-gate-off", objects.namespace,
+                       waits.is_absent, Timeout.VM_STOPPED, "VM deletion")
+        return False
+
+    set_gates([g for g in gates if g != "HostDevices"])
+    try:
+        # virt-api picks up configuration changes asynchronously.
+        waits.until(rejected, Timeout.KUBEVIRT_CONFIG, "admission to see the gate off")
+    finally:
+        set_gates(gates)
+    assert "hostdevices" in rejection[-1].lower(), rejection[-1]
