@@ -15,6 +15,7 @@ import pytest
 
 from fixtures import markers, waits
 from fixtures.claims import REQUEST, FreeDevice, pick_free_device, plain_claim
+from fixtures.launcher import first_metadata_object
 from fixtures.timeouts import Timeout
 from kubevirtci.capabilities import Capability
 
@@ -90,7 +91,7 @@ class Plugin:
         meta = claim["metadata"]
         path = (f"{self.data_dir}/dra-device-metadata/{meta['namespace']}_{meta['name']}/"
                 f"{REQUEST}/metadata.json")
-        return json.JSONDecoder().raw_decode(self.provider.node_exec(self.node, ["cat", path]))[0]
+        return first_metadata_object(self.provider.node_exec(self.node, ["cat", path]))
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ lifecycle, the real kubelet prepares through the driver and the runtime applies 
 
 from __future__ import annotations
 
-import json
-
 from fixtures import markers, waits
 from fixtures.builders.pod import (
     EXIT_ON_TERM,
@@ -20,7 +18,7 @@ from fixtures.builders.resourceclaim import with_request
 from fixtures.builders.resourceclaimtemplate import new_resource_claim_template
 from fixtures.claims import REQUEST, pick_free_device, pinned_claim, plain_claim
 from fixtures.devices import PCI_BUS_ID, allocated_devices, claim_device_attributes
-from fixtures.launcher import METADATA_ROOT
+from fixtures.launcher import METADATA_ROOT, first_metadata_object
 from fixtures.timeouts import Timeout
 from kubevirtci.capabilities import Capability
 
@@ -110,11 +108,6 @@ def _sections(log: str) -> dict[str, str]:
     return {k: "\n".join(v) for k, v in sections.items()}
 
 
-def _first_json(stream: str) -> dict:
-    """KEP-5304 metadata files are JSON streams, newest version first."""
-    return json.JSONDecoder().raw_decode(stream.strip())[0]
-
-
 def test_cdi_env_device_nodes_and_metadata_reach_the_container(kube, objects, namespace,
                                                                profile):
     objects.create(plain_claim("c", profile))
@@ -130,7 +123,7 @@ def test_cdi_env_device_nodes_and_metadata_reach_the_container(kube, objects, na
     assert env.get(f"DRA_NVME_{REQUEST.upper()}_PCI_ADDRESS") == attrs[PCI_BUS_ID], env
     group = str(attrs[f"{profile.driver}/iommuGroup"])
     assert {"vfio", group} <= set(sections["DEV"].split()), sections["DEV"]
-    metadata = _first_json(sections["META"])
+    metadata = first_metadata_object(sections["META"])
     assert metadata["apiVersion"].startswith("metadata.resource.k8s.io/")
     devices = [d for r in metadata["requests"] if r["name"] == REQUEST for d in r["devices"]]
     assert [d["attributes"][PCI_BUS_ID]["string"] for d in devices] == [attrs[PCI_BUS_ID]]

@@ -75,3 +75,11 @@ def test_kubevirt_paths_and_env_names_follow_the_facts():
         "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpu/g"
     assert pci_resource_env_name("devices.kubevirt.io/nvme") == \
         "PCI_RESOURCE_DEVICES_KUBEVIRT_IO_NVME"
+
+
+def test_metadata_stream_yields_the_newest_version_first():
+    from fixtures.launcher import first_metadata_object
+
+    stream = ('{"apiVersion": "metadata.resource.k8s.io/v1beta1", "requests": []}\n'
+              '{"apiVersion": "metadata.resource.k8s.io/v1alpha1", "requests": []}\n')
+    assert first_metadata_object(stream)["apiVersion"] == "metadata.resource.k8s.io/v1beta1"
