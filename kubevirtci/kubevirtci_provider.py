@@ -20,6 +20,16 @@ KUBEVIRTCI_REPO = "https://github.com/kubevirt/kubevirtci.git"
 DEFAULT_K8S_PROVIDER = "k8s-1.36"  # newest k8s provider of kubevirtci main (Aug 2026)
 DEFAULT_NUM_NODES = 2
 DEFAULT_NVME_ARGS = "--nvme 1G --nvme 1G"
+DEVICE_PLUGIN_SERIAL = "nvme-1"  # the second --nvme controller of every node
+# Idempotent: binds the controller with serial nvme-1 to vfio-pci unless already bound.
+BIND_DEVICE_PLUGIN_NVME = (
+    "modprobe vfio-pci; "
+    f"for c in /sys/class/nvme/nvme*; do [ \"$(cat $c/serial)\" = {DEVICE_PLUGIN_SERIAL} ] "
+    "|| continue; bdf=$(basename $(readlink -f $c/device)); "
+    "echo vfio-pci > /sys/bus/pci/devices/$bdf/driver_override; "
+    "echo $bdf > /sys/bus/pci/devices/$bdf/driver/unbind; "
+    "echo $bdf > /sys/bus/pci/drivers_probe; done"
+)
 CLUSTER_REGISTRY = "registry:5000"  # the in-cluster name of kubevirtci's registry
 CACHE_ROOT = Path(os.environ.get("KDC_CACHE", Path.home() / ".cache" / "kdc"))
 
@@ -136,6 +146,12 @@ class KubevirtciProvider(Provider):
         for container in out["spec"]["template"]["spec"]["containers"]:
             container["image"] = cluster_image(container["image"])
         return out
+
+    def prepare_device_plugin_devices(self, nodes: list[str]) -> None:
+        """Give KubeVirt's PCI device plugin one controller per node: it only offers
+        functions bound to vfio-pci, and the DRA driver leaves alone what others bound."""
+        for node in nodes:
+            self.node_exec(node, ["sudo", "sh", "-c", BIND_DEVICE_PLUGIN_NVME])
 
     def node_exec(self, node: str, argv: list[str]) -> str:
         return self._run(["cluster-up/ssh.sh", node, "--", *argv], f"is node {node} up?")

@@ -68,6 +68,10 @@ class Provider(ABC):
         """argv prefix running the dra-sanity client on the node."""
         return ["dra-sanity"]
 
+    def prepare_device_plugin_devices(self, nodes: list[str]) -> None:
+        """Set devices aside for the device-plugin path (where the provider has them)."""
+        return
+
     def adapt_manifest(self, doc: dict[str, Any]) -> dict[str, Any]:
         """Fit a driver manifest to this provider (image location, node paths)."""
         return doc

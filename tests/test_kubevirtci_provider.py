@@ -131,3 +131,15 @@ def test_parse_last_line_skips_blank_lines():
     assert parse_last_line("a\n\n  b  \n\n") == "b"
     with pytest.raises(ValueError):
         parse_last_line("\n")
+
+
+def test_device_plugin_controllers_are_bound_to_vfio_on_every_node(checkout):
+    runner = RecordingRunner()
+    provider(checkout, runner).prepare_device_plugin_devices(["node01", "node02"])
+    assert [c["argv"][:5] for c in runner.calls] == [
+        ["cluster-up/ssh.sh", "node01", "--", "sudo", "sh"],
+        ["cluster-up/ssh.sh", "node02", "--", "sudo", "sh"],
+    ]
+    script = runner.calls[0]["argv"][-1]
+    assert "= nvme-1 ]" in script
+    assert "vfio-pci > /sys/bus/pci/devices/$bdf/driver_override" in script
