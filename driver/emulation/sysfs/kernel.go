@@ -71,8 +71,11 @@ func readOverride(dev string) string {
 	return v
 }
 
-// Step handles every pending write once.
+// Step handles every pending write once, in the order the kernel would have: a writer
+// unbinds before it probes, so a probe seen here is applied after the unbinds that
+// preceded it (the kernel handles each write synchronously; this stand-in polls).
 func (k Kernel) Step() {
+	probe := takeRequest(filepath.Join(k.Root, "bus/pci/drivers_probe"))
 	for _, drv := range knownDrivers {
 		if bdf := takeRequest(filepath.Join(k.Root, "bus/pci/drivers", drv, "unbind")); bdf != "" {
 			k.unbind(bdf)
@@ -81,12 +84,12 @@ func (k Kernel) Step() {
 			k.bind(bdf, drv)
 		}
 	}
-	if bdf := takeRequest(filepath.Join(k.Root, "bus/pci/drivers_probe")); bdf != "" {
-		drv := readOverride(k.device(bdf))
+	if probe != "" {
+		drv := readOverride(k.device(probe))
 		if drv == "" {
 			drv = "nvme" // the native driver of class 0x010802
 		}
-		k.bind(bdf, drv)
+		k.bind(probe, drv)
 	}
 }
 
