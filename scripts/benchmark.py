@@ -77,7 +77,7 @@ def main() -> int:
     results["serial_runs"] = runs
     results["flaky_runs"] = sum(1 for r in runs if r["failed"])
     durations = [t for r in runs for t in r["test_seconds"]]
-    results["median_test_seconds"] = statistics.median(durations) if durations else None
+    results["median_test_seconds"] = round(statistics.median(durations), 2) if durations else None
     if not args.skip_parallel:
         parallel = conformance_run("parallel", 2)
         results["parallel_run"] = parallel
