@@ -15,6 +15,7 @@ import pytest
 
 from fixtures import markers, waits
 from fixtures.claims import REQUEST, FreeDevice, pick_free_device, plain_claim
+from fixtures.devices import qualified
 from fixtures.launcher import first_metadata_object
 from fixtures.timeouts import Timeout
 from kubevirtci.capabilities import Capability
@@ -48,8 +49,7 @@ def test_resource_slices_have_unique_devices_and_consistent_pools(kube, profile)
 def test_resource_slices_carry_the_profile_required_attributes(kube, profile):
     for s in _driver_slices(kube, profile):
         for device in s["spec"].get("devices") or []:
-            names = {k if "/" in k else f"{profile.driver}/{k}"
-                     for k in (device.get("attributes") or {})}
+            names = {qualified(k, profile.driver) for k in (device.get("attributes") or {})}
             missing = set(profile.required_attributes) - names
             assert not missing, f"device {device['name']} lacks {sorted(missing)}"
 
