@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kubevirtci.capabilities import Capabilities, Capability
-from kubevirtci.provider import GuestAccess, Provider
+from kubevirtci.provider import Node, NodeCommandFailed, Provider
 
 
 class ExistingProvider(Provider):
@@ -32,11 +32,8 @@ class ExistingProvider(Provider):
         caps.grant(Capability.VFIO)  # a real cluster's hostdevs are real; KubeVirt checks them
         return caps
 
-    def node_exec(self, node: str, argv: list[str]) -> str:
-        raise NotImplementedError("provider 'existing' cannot run commands on nodes")
-
-    def guest_access(self) -> GuestAccess | None:
-        return None
+    def node(self, name: str) -> Node:
+        raise NodeCommandFailed(f"provider 'existing' cannot run commands on node {name}")
 
     def load_images(self, images: list[str]) -> None:
         """Images of an existing cluster come from its registries; nothing to load."""

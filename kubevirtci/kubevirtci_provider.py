@@ -13,7 +13,7 @@ from typing import Any
 
 from fixtures.errors import SuiteUsageError
 from kubevirtci.capabilities import Capabilities, Capability
-from kubevirtci.provider import GuestAccess, Provider
+from kubevirtci.provider import Node, NodeCommandFailed, Provider
 from kubevirtci.runner import CommandRunner, check
 
 KUBEVIRTCI_REPO = "https://github.com/kubevirt/kubevirtci.git"
@@ -94,7 +94,7 @@ class KubevirtciProvider(Provider):
         return ["git", "clone", "--depth", "1", "--branch", self.settings.tag, KUBEVIRTCI_REPO,
                 str(self.checkout)]
 
-    def _run(self, argv: list[str], hint: str) -> str:
+    def run(self, argv: list[str], hint: str) -> str:
         result = self.runner.run(argv, env=self.env(), cwd=self.checkout, label="kubevirtci")
         return check(result, hint).stdout
 
@@ -110,15 +110,15 @@ class KubevirtciProvider(Provider):
                 self.runner.run(self.clone_command(), env=self.env(), label="git"),
                 f"check that tag {self.settings.tag} exists in kubevirt/kubevirtci",
             )
-        self._run(["make", "cluster-up"], "kubevirtci needs docker or podman and nested KVM "
+        self.run(["make", "cluster-up"], "kubevirtci needs docker or podman and nested KVM "
                   "(/dev/kvm); see cluster-up/check.sh output above")
 
     def kubeconfig(self) -> Path:
-        out = self._run(["cluster-up/kubeconfig.sh"], "run `make cluster-up` first")
+        out = self.run(["cluster-up/kubeconfig.sh"], "run `make cluster-up` first")
         return Path(parse_last_line(out))
 
     def registry_port(self) -> int:
-        out = self._run(["cluster-up/cli.sh", "ports", "registry"], "is the cluster up?")
+        out = self.run(["cluster-up/cli.sh", "ports", "registry"], "is the cluster up?")
         return int(parse_last_line(out))
 
     def push_command(self, archive: Path, image: str, port: int) -> list[str]:
@@ -151,10 +151,10 @@ class KubevirtciProvider(Provider):
         """Give KubeVirt's PCI device plugin one controller per node: it only offers
         functions bound to vfio-pci, and the DRA driver leaves alone what others bound."""
         for node in nodes:
-            self.node_exec(node, ["sudo", "sh", "-c", BIND_DEVICE_PLUGIN_NVME])
+            self.node(node).run(["sudo", "sh", "-c", BIND_DEVICE_PLUGIN_NVME])
 
-    def node_exec(self, node: str, argv: list[str]) -> str:
-        return self._run(["cluster-up/ssh.sh", node, "--", *argv], f"is node {node} up?")
+    def node(self, name: str) -> Node:
+        return SshNode(name, self)
 
     def declared_capabilities(self) -> Capabilities:
         caps = Capabilities()
@@ -163,13 +163,24 @@ class KubevirtciProvider(Provider):
             caps.grant(cap)
         return caps
 
-    def guest_access(self) -> GuestAccess | None:
-        return None  # the session builds the serial-console access from its API client
-
     def down(self) -> None:
         if self.settings.keep_cluster:
             return
-        self._run(["make", "cluster-down"], "remove the cluster's containers by hand")
+        self.run(["make", "cluster-down"], "remove the cluster's containers by hand")
+
+
+class SshNode(Node):
+    """A kubevirtci node, reached through ``cluster-up/ssh.sh``."""
+
+    def __init__(self, name: str, provider: KubevirtciProvider) -> None:
+        self.name = name
+        self.provider = provider
+
+    def run(self, argv: list[str], stdin: bytes | None = None) -> str:
+        if stdin is not None:
+            raise NodeCommandFailed(f"on {self.name}: ssh.sh takes no input")
+        return self.provider.run(["cluster-up/ssh.sh", self.name, "--", *argv],
+                                  f"is node {self.name} up?")
 
 
 def cluster_image(image: str) -> str:

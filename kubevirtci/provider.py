@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -13,6 +14,32 @@ class GuestAccess(Protocol):
     """Run a shell command inside a running VMI's guest and return its output."""
 
     def run(self, namespace: str, vmi: str, command: str) -> str: ...
+
+
+class NodeCommandFailed(AssertionError):
+    """A command run on a node failed; the message names the node and the command."""
+
+
+@dataclass(frozen=True)
+class NodePaths:
+    """Where a node keeps what the suite reads, as a command run on it sees them. Every
+    provider's nodes use the standard paths; a profile's driver may say otherwise."""
+
+    sysfs: str = "/sys"
+    kubelet: str = "/var/lib/kubelet"
+    cdi: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
+
+
+class Node(ABC):
+    """One node of the cluster: its name, its paths, and a way to run a command on it
+    (kind's ``nodes.Node``)."""
+
+    name: str
+    paths: NodePaths = NodePaths()
+
+    @abstractmethod
+    def run(self, argv: list[str], stdin: bytes | None = None) -> str:
+        """Run a command on the node and return its output; raise NodeCommandFailed."""
 
 
 class Provider(ABC):
@@ -42,31 +69,12 @@ class Provider(ABC):
         """Capabilities the provider itself grants or denies (node/guest access, VFIO)."""
 
     @abstractmethod
-    def node_exec(self, node: str, argv: list[str]) -> str:
-        """Run a command on a node and return its output."""
-
-    @abstractmethod
-    def guest_access(self) -> GuestAccess | None: ...
+    def node(self, name: str) -> Node:
+        """The named node (raises NodeCommandFailed where the provider has no node access)."""
 
     @abstractmethod
     def load_images(self, images: list[str]) -> None:
         """Make locally built images available to the cluster's nodes."""
-
-    def sysfs_root(self, node: str) -> str:
-        """Where a node's sysfs is, as node_exec sees it."""
-        return "/sys"
-
-    def kubelet_dir(self, node: str) -> str:
-        """The node's kubelet root dir, as node_exec sees it."""
-        return "/var/lib/kubelet"
-
-    def cdi_dirs(self, node: str) -> list[str]:
-        """Where the node's container runtime reads CDI specs."""
-        return ["/etc/cdi", "/var/run/cdi"]
-
-    def sanity_client(self, node: str) -> list[str]:
-        """argv prefix running the dra-sanity client on the node."""
-        return ["dra-sanity"]
 
     def prepare_device_plugin_devices(self, nodes: list[str]) -> None:
         """Set devices aside for the device-plugin path (where the provider has them)."""

@@ -58,16 +58,14 @@ class Plugin:
     """The driver's kubelet plugin on one node, driven by the dra-sanity client."""
 
     def __init__(self, cluster, profile, node):
-        self.provider = cluster.provider
         self.profile = profile
-        self.node = node
-        kubelet = self.provider.kubelet_dir(node)
+        self.node = cluster.provider.node(node)
+        kubelet = self.node.paths.kubelet
         self.socket = profile.plugin_socket.replace("/var/lib/kubelet", kubelet, 1)
         self.data_dir = self.socket.rsplit("/", 1)[0]
 
     def _client(self, *args):
-        argv = [*self.provider.sanity_client(self.node), *args]
-        return json.loads(self.provider.node_exec(self.node, argv))
+        return json.loads(self.node.run(["dra-sanity", *args]))
 
     def call(self, verb, *claims, parallel=False):
         refs = [f"{c['metadata']['namespace']}/{c['metadata']['name']}/{c['metadata']['uid']}"
@@ -84,14 +82,14 @@ class Plugin:
         return not response["claims"][claim["metadata"]["uid"]].get("error")
 
     def resolve(self, ids):
-        return self._client("resolve", "--cdi-dir", ",".join(self.provider.cdi_dirs(self.node)),
+        return self._client("resolve", "--cdi-dir", ",".join(self.node.paths.cdi),
                             *ids)
 
     def metadata(self, claim):
         meta = claim["metadata"]
         path = (f"{self.data_dir}/dra-device-metadata/{meta['namespace']}_{meta['name']}/"
                 f"{REQUEST}/metadata.json")
-        return first_metadata_object(self.provider.node_exec(self.node, ["cat", path]))
+        return first_metadata_object(self.node.run(["cat", path]))
 
 
 @pytest.fixture

@@ -136,14 +136,14 @@ def test_prepared_device_is_bound_to_vfio_and_given_back_after_the_pod(
     objects.create(plain_claim("c", profile))
     objects.create(_pod("p", profile, "c"))
     pod = waits.pod_is_running(kube, "p", namespace)
-    node = pod["spec"]["nodeName"]
+    node = cluster.provider.node(pod["spec"]["nodeName"])
     bdf = claim_device_attributes(kube, waits.claim_is_allocated(kube, "c", namespace))[0][
         PCI_BUS_ID]
-    link = f"{cluster.provider.sysfs_root(node)}/bus/pci/devices/{bdf}/driver"
+    link = f"{node.paths.sysfs}/bus/pci/devices/{bdf}/driver"
 
     def bound_driver() -> str:
         """The bound driver's name; "" while unbound (between unbind and probe)."""
-        out = cluster.provider.node_exec(node, ["sh", "-c", f"readlink {link} || true"])
+        out = node.run(["sh", "-c", f"readlink {link} || true"])
         return out.strip().rsplit("/", 1)[-1]
 
     assert bound_driver() == "vfio-pci"

@@ -107,10 +107,10 @@ def test_images_are_pushed_to_the_cluster_registry_and_pulled_by_its_name(checko
         "registry:5000/kdc/nvme-dra-driver:dev"
 
 
-def test_node_exec_goes_through_ssh_sh_and_down_respects_keep_cluster(checkout):
+def test_node_commands_go_through_ssh_sh_and_down_respects_keep_cluster(checkout):
     runner = RecordingRunner()
     p = provider(checkout, runner)
-    p.node_exec("node02", ["readlink", "/sys/bus/pci/devices/0000:00:05.0/driver"])
+    p.node("node02").run(["readlink", "/sys/bus/pci/devices/0000:00:05.0/driver"])
     assert runner.calls[-1]["argv"] == [
         "cluster-up/ssh.sh", "node02", "--", "readlink",
         "/sys/bus/pci/devices/0000:00:05.0/driver"]

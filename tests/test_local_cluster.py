@@ -2,52 +2,53 @@
 
 import json
 import tarfile
-from pathlib import Path
 
+import pytest
+import yaml
 from cryptography import x509
 
 from kubevirtci.capabilities import Capability
 from kubevirtci.local.images import ImageSpec, write_oci_archive
 from kubevirtci.local.layout import ClusterConfig
+from kubevirtci.local.network import node_addresses
+from kubevirtci.local.node_config import NODE_PROGRAMS, NodeCredentials, write_node_root
 from kubevirtci.local.pki import CertificateAuthority, Identity
-from kubevirtci.local.provider import LocalProvider, adapt_daemonset
-
-DAEMONSET = {
-    "kind": "DaemonSet", "metadata": {"name": "d", "namespace": "n"},
-    "spec": {"template": {"spec": {
-        "containers": [{
-            "name": "plugin", "image": "localhost/kdc/nvme-dra-driver:dev",
-            "args": ["--sysfs-root=/sys", "--cdi-dir=/var/run/cdi", "--host-proc=/host/proc"],
-            "env": [{"name": "NODE_NAME",
-                     "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-            "volumeMounts": [{"name": "sys", "mountPath": "/sys"},
-                             {"name": "host-proc", "mountPath": "/host/proc"}],
-        }],
-        "volumes": [{"name": "sys", "hostPath": {"path": "/sys"}},
-                    {"name": "host-proc", "hostPath": {"path": "/proc"}}],
-    }}},
-}
+from kubevirtci.local.provider import LocalProvider
 
 
-def test_driver_daemonset_is_pointed_at_per_node_emulated_paths():
-    out = adapt_daemonset(DAEMONSET, Path("/state"), 6443, "localhost/kdc/nvme-dra-driver:abc")
-    pod = out["spec"]["template"]["spec"]
-    ctr = pod["containers"][0]
-    assert pod["hostNetwork"] is True
-    assert ctr["image"] == "localhost/kdc/nvme-dra-driver:abc"
-    assert ctr["imagePullPolicy"] == "Never"
-    assert ctr["args"] == [
-        "--host-proc=/host/proc",
-        "--sysfs-root=/state/emulation/$(NODE_NAME)/sys",
-        "--dev-root=/state/emulation/$(NODE_NAME)/dev",
-        "--cdi-dir=/state/nodes/$(NODE_NAME)/cdi",
-        "--kubelet-dir=/state/nodes/$(NODE_NAME)/kubelet",
-    ]
-    env = {e["name"]: e.get("value") for e in ctr["env"]}
-    assert env["KUBERNETES_SERVICE_HOST"] == "127.0.0.1"
-    assert env["KUBERNETES_SERVICE_PORT"] == "6443"
-    assert {v["name"] for v in pod["volumes"]} == {"host-proc", "hermetic-state"}
-    assert DAEMONSET["spec"]["template"]["spec"].get("hostNetwork") is None
+def test_node_root_holds_standard_paths_and_no_host_state(tmp_path):
+    """A node's files sit where a kubeadm/kind node has them; nothing points at the
+    host's state folder (the node cannot see where the host keeps it)."""
+    creds = {}
+    for stem in ("ca", "client", "serving", "proxy"):
+        for ext in ("crt", "key"):
+            (tmp_path / f"{stem}.{ext}").write_text(stem)
+        creds[stem] = (tmp_path / f"{stem}.crt", tmp_path / f"{stem}.key")
+    programs = {}
+    for name in NODE_PROGRAMS:
+        programs[name] = tmp_path / "bin" / name
+        programs[name].parent.mkdir(exist_ok=True)
+        programs[name].write_text(name)
+    layer = tmp_path / "layer"
+    node = node_addresses(2)[1]
+    write_node_root(lambda p: layer / p.lstrip("/"), node,
+                    NodeCredentials(creds["ca"][0], creds["client"], creds["serving"],
+                                    creds["proxy"]), programs)
+    kubelet = yaml.safe_load((layer / "var/lib/kubelet/config.yaml").read_text())
+    assert kubelet["containerRuntimeEndpoint"] == "unix:///run/containerd/containerd.sock"
+    assert "rootDir" not in kubelet  # the kubelet's default, /var/lib/kubelet
+    containerd = (layer / "etc/containerd/config.toml").read_text()
+    assert 'cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]' in containerd
+    assert "root =" not in containerd  # /var/lib/containerd and /run/containerd
+    cni = json.loads((layer / "etc/cni/net.d/10-kdc.conflist").read_text())
+    assert cni["plugins"][0]["ipam"]["ranges"] == [[{"subnet": "10.244.2.0/24"}]]
+    conf = yaml.safe_load((layer / "etc/kubernetes/kubelet.conf").read_text())
+    assert conf["clusters"][0]["cluster"]["server"] == "https://172.30.0.1:6443"
+    assert (layer / "usr/local/bin/kubelet").read_text() == "kubelet"
+    assert (layer / "etc/kubernetes/pki/kubelet-client.key").stat().st_mode & 0o777 == 0o600
+    for path in layer.rglob("*"):
+        if path.is_file() and path.suffix not in (".crt", ".key"):
+            assert str(tmp_path) not in path.read_text(errors="replace"), path
 
 
 def test_local_provider_declares_what_it_emulates_and_lacks(tmp_path):
@@ -88,11 +89,11 @@ def test_oci_archive_is_a_valid_image_layout(tmp_path):
 def test_certificates_carry_their_identity_and_keys_are_private(tmp_path):
     ca = CertificateAuthority(tmp_path)
     ca.ensure()
-    cert_path, key_path = ca.issue(Identity("kubelet-serving-127.0.2.1", "127.0.2.1",
-                                            ips=("127.0.2.1",), server=True, client=False))
+    cert_path, key_path = ca.issue(Identity("kubelet-serving-node01", "node01",
+                                            ips=("172.30.0.11",), server=True, client=False))
     cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.2.1"]
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["172.30.0.11"]
     assert key_path.stat().st_mode & 0o777 == 0o600
     assert (tmp_path / "ca.key").stat().st_mode & 0o777 == 0o600
     client, _ = ca.issue(Identity("admin", "kdc-admin", organization="system:masters"))
@@ -100,8 +101,15 @@ def test_certificates_carry_their_identity_and_keys_are_private(tmp_path):
     assert subject == "CN=kdc-admin,O=system:masters"
 
 
-def test_cluster_config_round_trips_with_loopback_node_names(tmp_path):
+def test_cluster_config_round_trips_with_kubevirtci_node_names(tmp_path):
     config = ClusterConfig.new(2, ["1G", "1G"])
-    assert config.nodes == ["127.0.2.1", "127.0.2.2"]
+    assert config.nodes == ["node01", "node02"]
+    assert [a.ip for a in config.addresses()] == ["172.30.0.11", "172.30.0.12"]
     config.save(tmp_path / "c.json")
     assert ClusterConfig.load(tmp_path / "c.json") == config
+
+
+def test_a_state_file_of_another_version_is_refused(tmp_path):
+    (tmp_path / "c.json").write_text('{"nodes": ["127.0.2.1"], "etcd": 1}')
+    with pytest.raises(ValueError, match="another version"):
+        ClusterConfig.load(tmp_path / "c.json")

@@ -66,7 +66,8 @@ class Component:
 KUBERNETES = Component(
     "kubernetes", KUBERNETES_VERSION, BUILD_DIR,
     ("k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager",
-     "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes/cmd/kubelet"),
+     "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes/cmd/kubelet",
+     "k8s.io/kubernetes/cmd/kube-proxy"),
     ldflags=_K8S_LDFLAGS,
 )
 ETCD = Component("etcd", ETCD_VERSION, BUILD_DIR, ("./etcd",))

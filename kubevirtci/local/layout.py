@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from kubevirtci.local.network import NodeAddress, node_addresses
 
 DEFAULT_STATE = Path(os.environ.get("KDC_CLUSTER_DIR", "/var/tmp/kdc-hermetic"))
 LOOPBACK = "127.0.0.1"
@@ -24,32 +26,20 @@ def port_in_use(port: int) -> bool:
 
 
 @dataclass
-class NodePorts:
-    kubelet: int
-    healthz: int
-    driver_ready: int
-
-
-@dataclass
 class ClusterConfig:
-    """Persisted in cluster.json so a reused cluster keeps its ports and nodes."""
+    """Persisted in cluster.json so a reused cluster keeps its nodes and its API port."""
 
-    nodes: list[str]
+    nodes: list[str]  # kubevirtci's names: node01, node02, ...
     nvme: list[str]  # kubevirtci-style sizes, one controller each
-    etcd: int
-    etcd_peer: int
-    apiserver: int
-    node_ports: dict[str, NodePorts] = field(default_factory=dict)
+    apiserver: int  # host loopback port published for users (see port_forward)
 
     @classmethod
     def new(cls, node_count: int, nvme: list[str]) -> ClusterConfig:
-        # Each node is named by its own loopback address (see LocalCluster._start_node).
-        nodes = [f"127.0.2.{i + 1}" for i in range(node_count)]
-        return cls(
-            nodes=nodes, nvme=nvme, etcd=free_port(), etcd_peer=free_port(),
-            apiserver=free_port(),
-            node_ports={n: NodePorts(free_port(), free_port(), free_port()) for n in nodes},
-        )
+        return cls(nodes=[n.name for n in node_addresses(node_count)], nvme=nvme,
+                   apiserver=free_port())
+
+    def addresses(self) -> list[NodeAddress]:
+        return node_addresses(len(self.nodes))
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1))
@@ -57,7 +47,9 @@ class ClusterConfig:
     @classmethod
     def load(cls, path: Path) -> ClusterConfig:
         data = json.loads(path.read_text())
-        data["node_ports"] = {k: NodePorts(**v) for k, v in data["node_ports"].items()}
+        known = {"nodes", "nvme", "apiserver"}
+        if set(data) != known:
+            raise ValueError(f"{path} is from another version of the hermetic cluster")
         return cls(**data)
 
 
@@ -98,20 +90,13 @@ class Layout:
         return self.root / "images"
 
     def node(self, name: str) -> Path:
+        """A node's own folder: its writable root layer, containerd's root, markers."""
         return self.root / "nodes" / name
 
-    def containerd_socket(self, node: str) -> Path:
-        return self.node(node) / "containerd" / "containerd.sock"
-
-    def kubelet_dir(self, node: str) -> Path:
-        return self.node(node) / "kubelet"
-
-    def cdi_dir(self, node: str) -> Path:
-        return self.node(node) / "cdi"
+    def node_file(self, name: str, path: str) -> Path:
+        """Where a file of the node's root filesystem is written before the node starts."""
+        return self.node(name) / "layer" / path.lstrip("/")
 
     def emulation(self, node: str) -> Path:
         """EMULATED hardware of a node: sysfs tree, /dev/vfio nodes, backing images."""
         return self.root / "emulation" / node
-
-    def runc_root(self, node: str) -> Path:
-        return self.node(node) / "runc"

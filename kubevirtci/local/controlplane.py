@@ -1,0 +1,167 @@
+"""The hermetic cluster's control plane: etcd, kube-apiserver, kube-controller-manager and
+kube-scheduler in the cluster's network namespace (kind's control-plane node), with
+TLS everywhere and RBAC; the API server is published on a host loopback port."""
+
+from __future__ import annotations
+
+import ssl
+import sys
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from kubevirtci.local.layout import LOOPBACK, ClusterConfig, Layout
+from kubevirtci.local.network import (
+    APISERVER_PORT,
+    CLUSTER_NETNS,
+    CONTROL_PLANE_IP,
+    KUBERNETES_SERVICE_IP,
+    SERVICE_CIDR,
+    netns_path,
+)
+from kubevirtci.local.node_config import kubeconfig
+from kubevirtci.local.pki import CertificateAuthority, Identity
+from kubevirtci.local.processes import ProcessSpec, Supervisor
+
+PORT_FORWARD = Path(__file__).resolve().parent / "port_forward.py"
+Credentials = dict[str, tuple[Path, Path]]
+
+
+def identities(config: ClusterConfig) -> list[Identity]:
+    ids = [
+        Identity("etcd-server", "etcd", dns_names=("localhost",), ips=(LOOPBACK,), server=True),
+        Identity("apiserver", "kube-apiserver", server=True, client=False,
+                 dns_names=("localhost", "control-plane", "kubernetes", "kubernetes.default",
+                            "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"),
+                 ips=(LOOPBACK, CONTROL_PLANE_IP, KUBERNETES_SERVICE_IP)),
+        Identity("apiserver-etcd-client", "kube-apiserver-etcd-client"),
+        Identity("apiserver-kubelet-client", "kube-apiserver-kubelet-client",
+                 organization="system:masters"),
+        Identity("admin", "kdc-admin", organization="system:masters"),
+        Identity("controller-manager", "system:kube-controller-manager"),
+        Identity("scheduler", "system:kube-scheduler"),
+        Identity("kube-proxy", "system:kube-proxy"),
+    ]
+    for node in config.addresses():
+        ids.append(Identity(f"kubelet-{node.name}", f"system:node:{node.name}",
+                            organization="system:nodes"))
+        ids.append(Identity(f"kubelet-serving-{node.name}", node.name,
+                            dns_names=(node.name,), ips=(node.ip,), server=True, client=False))
+    return ids
+
+
+def write_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path,
+                     user: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(kubeconfig(server, str(ca), str(cert), str(key), user)))
+    path.chmod(0o600)
+
+
+def in_cluster_netns(argv: list[str]) -> list[str]:
+    return ["nsenter", f"--net={netns_path(CLUSTER_NETNS)}", "--", *argv]
+
+
+class ControlPlane:
+    def __init__(self, layout: Layout, supervisor: Supervisor, ca: CertificateAuthority,
+                 bins: dict[str, Path]) -> None:
+        self.layout = layout
+        self.supervisor = supervisor
+        self.ca = ca
+        self.bins = bins
+
+    def issue(self, config: ClusterConfig) -> Credentials:
+        self.ca.ensure()
+        creds = {i.stem: self.ca.issue(i) for i in identities(config)}
+        write_kubeconfig(self.layout.admin_kubeconfig, f"https://{LOOPBACK}:{config.apiserver}",
+                         self.ca.cert_path, *creds["admin"], "kdc-admin")
+        for stem in ("controller-manager", "scheduler"):
+            # These run in the cluster's namespace, where the API server is on loopback.
+            write_kubeconfig(self.layout.kubeconfigs / f"{stem}.kubeconfig",
+                             f"https://{LOOPBACK}:{APISERVER_PORT}", self.ca.cert_path,
+                             *creds[stem], stem)
+        return creds
+
+    def names(self) -> list[str]:
+        return ["etcd", "kube-apiserver", "api-port-forward", "kube-controller-manager",
+                "kube-scheduler"]
+
+    def start(self, config: ClusterConfig, creds: Credentials) -> None:
+        ca = str(self.ca.cert_path)
+        bin_of = {name: str(path) for name, path in self.bins.items()}
+        etcd_cert, etcd_key = creds["etcd-server"]
+        etcd_url = f"https://{LOOPBACK}:2379"
+        self.supervisor.start(ProcessSpec("etcd", in_cluster_netns([
+            bin_of["etcd"], "--name=kdc", f"--data-dir={self.layout.etcd_data}",
+            f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls=https://{LOOPBACK}:2380",
+            f"--initial-advertise-peer-urls=https://{LOOPBACK}:2380",
+            f"--initial-cluster=kdc=https://{LOOPBACK}:2380",
+            f"--cert-file={etcd_cert}", f"--key-file={etcd_key}", f"--trusted-ca-file={ca}",
+            "--client-cert-auth=true", f"--peer-cert-file={etcd_cert}",
+            f"--peer-key-file={etcd_key}", f"--peer-trusted-ca-file={ca}",
+            "--peer-client-cert-auth=true", "--listen-metrics-urls=",
+        ])))
+        sa_key, sa_pub = self.ca.service_account_keys()
+        api_cert, api_key = creds["apiserver"]
+        self.supervisor.start(ProcessSpec("kube-apiserver", in_cluster_netns([
+            bin_of["kube-apiserver"], f"--secure-port={APISERVER_PORT}",
+            f"--advertise-address={CONTROL_PLANE_IP}",
+            f"--etcd-servers={etcd_url}", f"--etcd-cafile={ca}",
+            f"--etcd-certfile={creds['apiserver-etcd-client'][0]}",
+            f"--etcd-keyfile={creds['apiserver-etcd-client'][1]}",
+            f"--tls-cert-file={api_cert}", f"--tls-private-key-file={api_key}",
+            f"--client-ca-file={ca}", "--anonymous-auth=false",
+            "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+            f"--service-account-key-file={sa_pub}",
+            f"--service-account-signing-key-file={sa_key}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--kubelet-client-certificate={creds['apiserver-kubelet-client'][0]}",
+            f"--kubelet-client-key={creds['apiserver-kubelet-client'][1]}",
+            f"--kubelet-certificate-authority={ca}",
+            "--kubelet-preferred-address-types=InternalIP",
+            # Webhooks and aggregated APIs are reached at their pods' addresses, routed
+            # from this namespace, so the control plane needs no kube-proxy of its own.
+            "--enable-aggregator-routing=true",
+            "--allow-privileged=true", "--profiling=false",
+        ])))
+        self.supervisor.start(ProcessSpec("api-port-forward", [
+            sys.executable, str(PORT_FORWARD), f"--listen={LOOPBACK}:{config.apiserver}",
+            f"--netns={netns_path(CLUSTER_NETNS)}",
+            f"--target={LOOPBACK}:{APISERVER_PORT}",
+        ]))
+
+    def start_controllers(self) -> None:
+        sa_key, _ = self.ca.service_account_keys()
+        for component, stem in (("kube-controller-manager", "controller-manager"),
+                                ("kube-scheduler", "scheduler")):
+            kubeconfig_path = self.layout.kubeconfigs / f"{stem}.kubeconfig"
+            args = [
+                str(self.bins[component]), f"--kubeconfig={kubeconfig_path}",
+                f"--authentication-kubeconfig={kubeconfig_path}",
+                f"--authorization-kubeconfig={kubeconfig_path}",
+                f"--bind-address={LOOPBACK}", "--secure-port=0", "--leader-elect=false",
+            ]
+            if component == "kube-controller-manager":
+                args += [f"--service-account-private-key-file={sa_key}",
+                         f"--root-ca-file={self.ca.cert_path}",
+                         "--use-service-account-credentials=true",
+                         f"--cluster-signing-cert-file={self.ca.cert_path}",
+                         f"--cluster-signing-key-file={self.ca.key_path}"]
+            self.supervisor.start(ProcessSpec(component, in_cluster_netns(args)))
+
+    def ready(self, config: ClusterConfig, creds: Credentials) -> bool:
+        """/readyz through the published port: the forwarder, the API server and etcd."""
+        ctx = ssl.create_default_context(cafile=str(self.ca.cert_path))
+        ctx.load_cert_chain(*(str(p) for p in creds["admin"]))
+        try:
+            url = f"https://{LOOPBACK}:{config.apiserver}/readyz"
+            with urllib.request.urlopen(url, context=ctx, timeout=3) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        for name in reversed(self.names()):
+            self.supervisor.stop(name)

@@ -1,0 +1,126 @@
+"""A hermetic node: a small machine of its own, as a kind node container is. Its init
+(``node_init.py``) holds the node's network, mount, UTS, IPC and PID namespaces; the
+node's containerd, kubelet and kube-proxy run inside them, and so does every command the
+suite runs on the node."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from fixtures.timeouts import Timeout
+from kubevirtci.local.layout import Layout
+from kubevirtci.local.network import NodeAddress, netns_path
+from kubevirtci.local.node_config import CONTAINERD_SOCKET, kubelet_args
+from kubevirtci.local.processes import ProcessSpec, Supervisor, wait_until
+from kubevirtci.provider import Node, NodeCommandFailed
+
+NODE_INIT = Path(__file__).resolve().parent / "node_init.py"
+SERVICES = ("containerd", "kubelet", "kube-proxy")
+NODE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+
+
+class HermeticNode(Node):
+    def __init__(self, address: NodeAddress, layout: Layout, supervisor: Supervisor) -> None:
+        self.address = address
+        self.name = address.name
+        self.layout = layout
+        self.supervisor = supervisor
+
+    # --- the machine -----------------------------------------------------------------
+    def init_pid(self) -> int | None:
+        """Host PID of the node's PID 1 (the child of the ``unshare`` we started)."""
+        launcher = self.supervisor.pid(self.name)
+        if launcher is None:
+            return None
+        try:
+            children = Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()
+        except FileNotFoundError:
+            return None
+        return int(children[0]) if children else None
+
+    def boot(self) -> None:
+        ready = self.layout.node(self.name) / "ready"
+        ready.unlink(missing_ok=True)
+        self.supervisor.start(ProcessSpec(self.name, [
+            "nsenter", f"--net={netns_path(self.address.netns)}", "--",
+            "unshare", "--mount", "--uts", "--ipc", "--pid", "--fork",
+            "--propagation", "private", "--",
+            sys.executable, str(NODE_INIT), f"--name={self.name}",
+            f"--node-dir={self.layout.node(self.name)}",
+            f"--emulation={self.layout.emulation(self.name)}",
+        ]))
+        if not wait_until(lambda: ready.exists() or self.supervisor.pid(self.name) is None,
+                          Timeout.CLUSTER_READY.seconds) or not ready.exists():
+            raise RuntimeError(f"node {self.name} did not boot:\n"
+                               f"{self.supervisor.tail(self.name)}")
+
+    def enter(self) -> list[str]:
+        pid = self.init_pid()
+        if pid is None:
+            raise NodeCommandFailed(f"node {self.name} is not running "
+                                    "(`python -m kubevirtci.local status`)")
+        return ["nsenter", "-t", str(pid), "-m", "-u", "-i", "-n", "-p", "--"]
+
+    def run(self, argv: list[str], stdin: bytes | None = None) -> str:
+        result = subprocess.run([*self.enter(), *argv], input=stdin, capture_output=True,
+                                env=NODE_ENV)
+        if result.returncode != 0:
+            raise NodeCommandFailed(
+                f"on {self.name}: `{' '.join(argv)}` exited {result.returncode}: "
+                f"{result.stderr.decode(errors='replace').strip()[-800:]}"
+            )
+        return result.stdout.decode(errors="replace")
+
+    # --- what runs on it -------------------------------------------------------------
+    def service(self, name: str) -> str:
+        return f"{self.name}-{name}"
+
+    def start_services(self) -> None:
+        self.supervisor.start(ProcessSpec(self.service("containerd"), [
+            *self.enter(), "containerd", "--config=/etc/containerd/config.toml"], NODE_ENV))
+        if not wait_until(lambda: self._has_containerd_socket(), Timeout.CLUSTER_READY.seconds):
+            raise RuntimeError(f"containerd of {self.name} did not start:\n"
+                               f"{self.supervisor.tail(self.service('containerd'))}")
+
+    def start_kubernetes(self) -> None:
+        self.supervisor.start(ProcessSpec(
+            self.service("kubelet"), [*self.enter(), *kubelet_args(self.address)], NODE_ENV))
+        self.supervisor.start(ProcessSpec(self.service("kube-proxy"), [
+            *self.enter(), "kube-proxy", "--config=/etc/kubernetes/kube-proxy.yaml"], NODE_ENV))
+
+    def _has_containerd_socket(self) -> bool:
+        try:
+            self.run(["test", "-S", CONTAINERD_SOCKET])
+        except NodeCommandFailed:
+            return False
+        return True
+
+    def running(self) -> bool:
+        return all(self.supervisor.pid(n) for n in
+                   [self.name, *(self.service(s) for s in SERVICES)])
+
+    def stop(self) -> None:
+        """Kubelet first (no restarts behind our back), then the containers, then the
+        machine: when its PID 1 ends, the kernel ends every process inside."""
+        self.supervisor.stop(self.service("kubelet"))
+        self.supervisor.stop(self.service("kube-proxy"))
+        if self.init_pid() is not None:
+            subprocess.run([*self.enter(), "sh", "-c",
+                            "for c in $(runc --root /run/containerd/runc/k8s.io list -q); do "
+                            "runc --root /run/containerd/runc/k8s.io delete --force $c; done"],
+                           capture_output=True)
+        self.supervisor.stop(self.service("containerd"))
+        self.supervisor.stop(self.name)
+
+    # --- images ----------------------------------------------------------------------
+    def ctr(self) -> list[str]:
+        return ["ctr", "-a", CONTAINERD_SOCKET, "-n", "k8s.io"]
+
+    def images(self) -> set[str]:
+        return set(self.run([*self.ctr(), "images", "ls", "-q"]).split())
+
+    def import_image(self, archive: Path) -> None:
+        """``ctr images import`` from the archive streamed in, as ``kind load`` does."""
+        self.run([*self.ctr(), "images", "import", "--local", "-"], stdin=archive.read_bytes())
