@@ -152,3 +152,23 @@ def test_prepared_device_is_bound_to_vfio_and_given_back_after_the_pod(
     waits.until(lambda: bound_driver() != "vfio-pci", Timeout.DEVICE_RELEASED,
                 f"{bdf} to leave vfio-pci after its pod")
     assert bound_driver() == "nvme", "the device must go back to its original driver"
+
+
+def test_a_container_given_a_function_sees_it_in_sysfs_with_its_iommu_group(
+    kube, objects, namespace, profile
+):
+    """libvirt in virt-launcher reads the function's sysfs entries: a container given the
+    function must see them where the kernel shows them."""
+    objects.create(plain_claim("c", profile))
+    objects.create(_pod("p", profile, "c"))
+    waits.pod_is_running(kube, "p", namespace)
+    bdf = claim_device_attributes(kube, waits.claim_is_allocated(kube, "c", namespace))[0][
+        PCI_BUS_ID]
+    entry = f"/sys/bus/pci/devices/{bdf}"
+    out = kube.exec(namespace, "p", "ctr", ["sh", "-c",
+                    f"cat {entry}/vendor {entry}/device; basename $(readlink {entry}/iommu_group);"
+                    " ls /dev/vfio"])
+    vendor, device, group, *vfio = out.split()
+    assert f"{vendor.removeprefix('0x')}:{device.removeprefix('0x')}" == \
+        profile.pci_vendor_device, f"{entry} in the container is not the allocated function"
+    assert group in vfio, f"the container was given {vfio}, not the function's group {group}"

@@ -11,7 +11,12 @@ from kubevirtci.capabilities import Capability
 from kubevirtci.local.images import ImageSpec, write_oci_archive
 from kubevirtci.local.layout import ClusterConfig
 from kubevirtci.local.network import node_addresses
-from kubevirtci.local.node_config import NODE_PROGRAMS, NodeCredentials, write_node_root
+from kubevirtci.local.node_config import (
+    EMULATED_PCI_NRI_PLUGIN,
+    NODE_PROGRAMS,
+    NodeCredentials,
+    write_node_root,
+)
 from kubevirtci.local.pki import CertificateAuthority, Identity
 from kubevirtci.local.provider import LocalProvider
 
@@ -25,7 +30,7 @@ def test_node_root_holds_standard_paths_and_no_host_state(tmp_path):
             (tmp_path / f"{stem}.{ext}").write_text(stem)
         creds[stem] = (tmp_path / f"{stem}.crt", tmp_path / f"{stem}.key")
     programs = {}
-    for name in NODE_PROGRAMS:
+    for name in (*NODE_PROGRAMS, EMULATED_PCI_NRI_PLUGIN):
         programs[name] = tmp_path / "bin" / name
         programs[name].parent.mkdir(exist_ok=True)
         programs[name].write_text(name)
@@ -45,6 +50,7 @@ def test_node_root_holds_standard_paths_and_no_host_state(tmp_path):
     conf = yaml.safe_load((layer / "etc/kubernetes/kubelet.conf").read_text())
     assert conf["clusters"][0]["cluster"]["server"] == "https://172.30.0.1:6443"
     assert (layer / "usr/local/bin/kubelet").read_text() == "kubelet"
+    assert (layer / "opt/nri/plugins/10-emulated-pci").read_text() == EMULATED_PCI_NRI_PLUGIN
     assert (layer / "etc/kubernetes/pki/kubelet-client.key").stat().st_mode & 0o777 == 0o600
     for path in layer.rglob("*"):
         if path.is_file() and path.suffix not in (".crt", ".key"):

@@ -20,7 +20,8 @@ from kubevirtci.local import components, images, network
 from kubevirtci.local.controlplane import ControlPlane
 from kubevirtci.local.layout import ClusterConfig, Layout, port_in_use
 from kubevirtci.local.node_config import PAUSE_IMAGE, NodeCredentials, write_node_root
-from kubevirtci.local.nodes import HermeticNode
+from kubevirtci.local.node_init import remove_cgroup
+from kubevirtci.local.nodes import CGROUP_PARENT, HermeticNode
 from kubevirtci.local.pki import CertificateAuthority
 from kubevirtci.local.processes import ProcessSpec, Supervisor, wait_until
 
@@ -186,7 +187,9 @@ class LocalCluster:
                 if any(c["type"] == "Ready" and c["status"] == "True"
                        for c in n["status"].get("conditions", []))
             }
-            return ready_nodes >= set(config.nodes)
+            # Pods can be created once the default service account exists.
+            return ready_nodes >= set(config.nodes) and kube.find(
+                "ServiceAccount", "default", "default") is not None
 
         progress(f"waiting for {', '.join(config.nodes)} to be Ready")
         self._await(f"{config.nodes[-1]}-kubelet", ready, "nodes")
@@ -204,6 +207,7 @@ class LocalCluster:
             self.supervisor.stop(name)
             cleaned.append(f"process {name}")
         cleaned += network.remove([n.address for n in nodes])
+        cleaned += [f"cgroup {c}" for c in remove_cgroup(CGROUP_PARENT)]
         if force:
             shutil.rmtree(self.layout.root, ignore_errors=True)
             cleaned.append(f"state {self.layout.root}")

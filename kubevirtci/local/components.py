@@ -87,7 +87,8 @@ def driver_component(version: str) -> Component:
     """The project's own driver programs, keyed by the driver sources' content hash."""
     return Component(
         "nvme-dra-driver", version, DRIVER_DIR,
-        ("./cmd/nvme-dra-driver", "./cmd/nvme-sysfs-emulator", "./cmd/dra-sanity"),
+        ("./cmd/nvme-dra-driver", "./cmd/nvme-sysfs-emulator", "./cmd/dra-sanity",
+         "./cmd/nri-emulated-pci"),
     )
 
 

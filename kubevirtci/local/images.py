@@ -93,7 +93,8 @@ def write_oci_archive(spec: ImageSpec, archive: Path) -> Path:
 
 
 BUSYBOX_APPLETS = ("sh", "ls", "cat", "env", "sleep", "test", "echo", "grep", "find", "stat",
-                   "dd", "mount", "true", "head", "wc")
+                   "dd", "mount", "true", "head", "wc", "nc", "httpd", "tail", "ps",
+                   "hostname", "readlink", "mkdir", "basename", "tr")
 
 
 def pause_image(name: str, pause_binary: Path) -> ImageSpec:

@@ -29,6 +29,8 @@ CLUSTER_DOMAIN = "cluster.local"
 # same in /usr/local/bin).
 NODE_PROGRAMS = ("kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr",
                  "dra-sanity")
+# EMULATED: shows containers the node's emulated PCI tree (driver/cmd/nri-emulated-pci).
+EMULATED_PCI_NRI_PLUGIN = "nri-emulated-pci"
 
 
 @dataclass(frozen=True)
@@ -53,10 +55,14 @@ def kubeconfig(server: str, ca: str, cert: str, key: str, user: str) -> dict[str
 
 def containerd_config() -> str:
     return f"""version = 3
-disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri"]
+disabled_plugins = ["io.containerd.internal.v1.opt"]
 
 [grpc]
   address = "{CONTAINERD_SOCKET}"
+
+# NRI starts the plugins in /opt/nri/plugins: the EMULATED PCI tree for containers.
+[plugins.'io.containerd.nri.v1.nri']
+  disable = false
 
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
@@ -176,8 +182,9 @@ def write_node_root(file_of: Callable[[str], Path], node: NodeAddress,
     put("/etc/hostname", node.name + "\n")
     put("/etc/hosts", f"127.0.0.1 localhost\n{node.ip} {node.name}\n"
                       f"{CONTROL_PLANE_IP} control-plane\n")
-    for name in NODE_PROGRAMS:
-        target = file_of(f"/usr/local/bin/{name}")
+    for name, path in [*((n, f"/usr/local/bin/{n}") for n in NODE_PROGRAMS),
+                       (EMULATED_PCI_NRI_PLUGIN, "/opt/nri/plugins/10-emulated-pci")]:
+        target = file_of(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.unlink(missing_ok=True)
         try:  # a hard link: the node keeps its program even if the cache is rebuilt

@@ -1,8 +1,11 @@
 """PID 1 of a hermetic node, as a kind node container's init: it builds the node's root
 filesystem and then only reaps orphans until it is told to stop.
 
-It is started in the node's network namespace and in new mount, UTS, IPC and PID
-namespaces (``nsenter --net=... unshare --mount --uts --ipc --pid --fork``). The node's
+It is started in the node's network namespace (``nsenter --net=...``); it joins the
+node's cgroup (``kdc/<node>`` in every hierarchy), makes new mount, UTS, IPC, PID and
+cgroup namespaces and forks the node's PID 1, whose cgroups are rooted at the node's own
+(as a kind node's with ``--cgroupns=private``), so that the node's pods are the node's
+and go away with it. The node's
 root is an overlay of the host's root filesystem (the programs) with a writable layer of
 its own, so ``/etc``, ``/var/lib`` and ``/usr/local/bin`` are the node's. On top: its own
 ``/proc`` (its PID namespace), ``/sys`` (its network namespace), ``/run``, ``/tmp`` and
@@ -17,6 +20,7 @@ Standalone on purpose (standard library only): it runs before the node has a roo
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import signal
 import socket
@@ -30,6 +34,79 @@ from pathlib import Path
 HOST_DEVICES = ("null", "zero", "full", "random", "urandom", "tty", "kmsg", "fuse",
                 "net/tun", "vhost-net", "loop-control")
 EMULATED_SYSFS = ("bus/pci", "devices/pci0000:00", "kernel/iommu_groups")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWPID, CLONE_NEWCGROUP = 0x20000000, 0x02000000
+
+
+def cgroup_hierarchies() -> list[tuple[Path, str, str]]:
+    """(mount point, filesystem, super options) of every cgroup hierarchy of the host."""
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields, _, tail = line.partition(" - ")
+        fstype, _, options = tail.split(" ", 2)
+        mount_point = Path(fields.split()[4])
+        if fstype in ("cgroup", "cgroup2") and mount_point.is_relative_to(CGROUP_ROOT):
+            out.append((mount_point, fstype, options))
+    return out
+
+
+def make_cgroup(mount_point: Path, fstype: str, relative: str) -> Path:
+    path = mount_point
+    for part in Path(relative).parts:
+        parent, path = path, path / part
+        if fstype == "cgroup2" and parent != mount_point and not path.exists():
+            # v2: what the node's pods may use must be enabled on the way down.
+            wanted = (parent / "cgroup.controllers").read_text().split()
+            (parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))
+        path.mkdir(exist_ok=True)
+        for name in ("cpuset.cpus", "cpuset.mems"):  # v1 cpuset: empty until copied
+            own = path / name
+            if fstype == "cgroup" and own.exists() and not own.read_text().strip():
+                own.write_text((parent / name).read_text())
+    return path
+
+
+def join_cgroup(relative: str) -> None:
+    for mount_point, fstype, _ in cgroup_hierarchies():
+        path = make_cgroup(mount_point, fstype, relative)
+        (path / "cgroup.procs").write_text(str(os.getpid()))
+
+
+def remove_cgroup(relative: str) -> list[str]:
+    """Remove a stopped node's cgroups, deepest first; returns what was removed."""
+    removed = []
+    for mount_point, _, _ in cgroup_hierarchies():
+        top = mount_point / relative
+        if not top.is_dir():
+            continue
+        below = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts))
+        for path in [*reversed(below), top]:
+            try:
+                path.rmdir()
+                removed.append(str(path))
+            except OSError:
+                pass
+    return removed
+
+
+def unshare_and_fork(cgroup: str) -> int | None:
+    """In the parent: wait for the node's PID 1 and return its exit status. In the child
+    (PID 1 of the new namespaces): return None."""
+    join_cgroup(cgroup)
+    libc = ctypes.CDLL(None, use_errno=True)
+    flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWCGROUP
+    if libc.unshare(flags) != 0:
+        raise SystemExit(f"node init: unshare: {os.strerror(ctypes.get_errno())}")
+    # The namespace's root is the node's cgroup; its processes live in a leaf of it, as
+    # cgroup v2 wants (no processes where pods' cgroups branch off).
+    join_cgroup(f"{cgroup}/init")
+    child = os.fork()
+    if child == 0:
+        return None
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(child, signal.SIGTERM))
+    _, status = os.waitpid(child, 0)
+    return os.waitstatus_to_exitcode(status)
 
 
 def mount(*args: str) -> None:
@@ -81,8 +158,7 @@ def build_root(node_dir: Path, emulation: Path) -> Path:
           str(root))
     mount("-t", "proc", "proc", str(root / "proc"))
     mount("-t", "sysfs", "sysfs", str(root / "sys"))
-    # cgroups stay the host's hierarchy: the kubelet and runc manage them as on any host.
-    mount("--rbind", "/sys/fs/cgroup", str(root / "sys/fs/cgroup"))
+    mount_cgroups(root)
     for part in EMULATED_SYSFS:
         bind(emulation / "sys" / part, root / "sys" / part)
     build_dev(root / "dev", emulation)
@@ -91,6 +167,23 @@ def build_root(node_dir: Path, emulation: Path) -> Path:
               str(root / tmp))
     bind(node_dir / "containerd", root / "var/lib/containerd")
     return root
+
+
+def mount_cgroups(root: Path) -> None:
+    """The host's hierarchies mounted afresh in the node's cgroup namespace: each shows
+    the node's cgroup as its root (cgroup v1 and v2 alike)."""
+    hierarchies = cgroup_hierarchies()
+    target = root / "sys/fs/cgroup"
+    if any(mp == CGROUP_ROOT for mp, _, _ in hierarchies):  # cgroup v2 only
+        mount("-t", "cgroup2", "-o", "nosuid,nodev,noexec", "cgroup2", str(target))
+        return
+    mount("-t", "tmpfs", "-o", "mode=755,nosuid,nodev,noexec", "tmpfs", str(target))
+    for mount_point, fstype, options in hierarchies:
+        super_options = [o for o in options.split(",") if o not in ("rw", "ro")]
+        where = target / mount_point.relative_to(CGROUP_ROOT)
+        where.mkdir(parents=True, exist_ok=True)
+        opts = ",".join(["nosuid", "nodev", "noexec", *super_options])
+        mount("-t", fstype, "-o", opts, fstype, str(where))
 
 
 def pivot(root: Path) -> None:
@@ -131,10 +224,11 @@ def main() -> int:
     parser.add_argument("--name", required=True)
     parser.add_argument("--node-dir", type=Path, required=True)
     parser.add_argument("--emulation", type=Path, required=True)
+    parser.add_argument("--cgroup", required=True, help="the node's cgroup, e.g. kdc/node01")
     args = parser.parse_args()
-    if os.getpid() != 1:
-        print("node init: must be PID 1 of a new PID namespace", file=sys.stderr)
-        return 2
+    status = unshare_and_fork(args.cgroup)
+    if status is not None:
+        return status
     socket.sethostname(args.name)
     host_dir = os.open(args.node_dir, os.O_DIRECTORY)
     pivot(build_root(args.node_dir, args.emulation))

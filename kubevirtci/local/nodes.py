@@ -13,10 +13,12 @@ from fixtures.timeouts import Timeout
 from kubevirtci.local.layout import Layout
 from kubevirtci.local.network import NodeAddress, netns_path
 from kubevirtci.local.node_config import CONTAINERD_SOCKET, kubelet_args
+from kubevirtci.local.node_init import remove_cgroup
 from kubevirtci.local.processes import ProcessSpec, Supervisor, wait_until
 from kubevirtci.provider import Node, NodeCommandFailed
 
 NODE_INIT = Path(__file__).resolve().parent / "node_init.py"
+CGROUP_PARENT = "kdc"  # in every hierarchy: kdc/<node>, removed with the node
 SERVICES = ("containerd", "kubelet", "kube-proxy")
 NODE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
@@ -29,6 +31,10 @@ class HermeticNode(Node):
         self.supervisor = supervisor
 
     # --- the machine -----------------------------------------------------------------
+    @property
+    def cgroup(self) -> str:
+        return f"{CGROUP_PARENT}/{self.name}"
+
     def init_pid(self) -> int | None:
         """Host PID of the node's PID 1 (the child of the ``unshare`` we started)."""
         launcher = self.supervisor.pid(self.name)
@@ -45,9 +51,7 @@ class HermeticNode(Node):
         ready.unlink(missing_ok=True)
         self.supervisor.start(ProcessSpec(self.name, [
             "nsenter", f"--net={netns_path(self.address.netns)}", "--",
-            "unshare", "--mount", "--uts", "--ipc", "--pid", "--fork",
-            "--propagation", "private", "--",
-            sys.executable, str(NODE_INIT), f"--name={self.name}",
+            sys.executable, str(NODE_INIT), f"--name={self.name}", f"--cgroup={self.cgroup}",
             f"--node-dir={self.layout.node(self.name)}",
             f"--emulation={self.layout.emulation(self.name)}",
         ]))
@@ -61,7 +65,7 @@ class HermeticNode(Node):
         if pid is None:
             raise NodeCommandFailed(f"node {self.name} is not running "
                                     "(`python -m kubevirtci.local status`)")
-        return ["nsenter", "-t", str(pid), "-m", "-u", "-i", "-n", "-p", "--"]
+        return ["nsenter", "-t", str(pid), "-m", "-u", "-i", "-n", "-p", "-C", "--"]
 
     def run(self, argv: list[str], stdin: bytes | None = None) -> str:
         result = subprocess.run([*self.enter(), *argv], input=stdin, capture_output=True,
@@ -113,6 +117,7 @@ class HermeticNode(Node):
                            capture_output=True)
         self.supervisor.stop(self.service("containerd"))
         self.supervisor.stop(self.name)
+        remove_cgroup(self.cgroup)
 
     # --- images ----------------------------------------------------------------------
     def ctr(self) -> list[str]:
