@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+# Report user property of a skipped test: {reason: [capability, ...]} (reports/skips.py).
+SKIP_CAUSES = "skip_causes"
+
 
 class Capability(StrEnum):
     DRA_API = "dra-api"  # resource.k8s.io/v1 served
@@ -47,10 +50,15 @@ class Capabilities:
     def reason_missing(self, capability: Capability) -> str:
         return self.missing.get(capability, f"capability {capability.value!r} not available")
 
-    def unmet(self, required: list[Capability]) -> list[str]:
-        """One line per distinct reason, naming the missing capabilities it covers."""
+    def unmet_by_reason(self, required: list[Capability]) -> dict[str, list[str]]:
+        """Each distinct reason with the missing capabilities it covers."""
         by_reason: dict[str, list[str]] = {}
         for cap in required:
             if not self.has(cap):
                 by_reason.setdefault(self.reason_missing(cap), []).append(cap.value)
-        return [f"{', '.join(caps)}: {reason}" for reason, caps in by_reason.items()]
+        return by_reason
+
+    def unmet(self, required: list[Capability]) -> list[str]:
+        """One line per distinct reason, naming the missing capabilities it covers."""
+        return [f"{', '.join(caps)}: {reason}"
+                for reason, caps in self.unmet_by_reason(required).items()]

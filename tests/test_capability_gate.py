@@ -9,6 +9,7 @@ from kubevirtci.capabilities import Capabilities, Capability
 class Item:
     def __init__(self, *caps):
         self.marks = [SimpleNamespace(args=[c.value for c in caps])]
+        self.user_properties = []
 
     def iter_markers(self, name):
         return iter(self.marks if name == "requires" else [])
@@ -22,8 +23,11 @@ def session(certify):
 
 
 def test_missing_capability_skips_with_its_reason():
+    item = Item(Capability.DRA_API, Capability.KUBEVIRT)
     with pytest.raises(pytest.skip.Exception, match="kubevirt: KubeVirt is not installed"):
-        enforce_capabilities(Item(Capability.DRA_API, Capability.KUBEVIRT), session(False))
+        enforce_capabilities(item, session(False))
+    assert item.user_properties == [
+        ("skip_causes", {"KubeVirt is not installed on this cluster": ["kubevirt"]})]
 
 
 def test_certification_mode_turns_the_skip_into_a_failure():
@@ -33,3 +37,12 @@ def test_certification_mode_turns_the_skip_into_a_failure():
 
 def test_met_requirements_pass():
     enforce_capabilities(Item(Capability.DRA_API), session(True))
+
+
+def test_an_unusable_cluster_stops_the_run_once_with_its_reason():
+    from fixtures.plugin import stop_if_unusable
+
+    broken = SimpleNamespace(error="cluster unreachable through /k (ConnectionRefusedError)")
+    with pytest.raises(pytest.exit.Exception, match="cannot be used: cluster unreachable"):
+        stop_if_unusable(broken)
+    stop_if_unusable(SimpleNamespace(error=None))

@@ -1,6 +1,7 @@
 from types import SimpleNamespace
 
 from fixtures.artifacts import artifact_dir_name, redact, write
+from kubevirtci.capabilities import SKIP_CAUSES
 from reports.html import diagnostics_extras
 from reports.skips import group_skips
 
@@ -34,9 +35,22 @@ def test_diagnostics_are_written_and_attached_as_html_extras(tmp_path):
     assert extras[1]["content"] == "Warning FailedScheduling"
 
 
-def test_skips_are_grouped_by_reason_most_frequent_first():
-    def skipped(reason):
-        return SimpleNamespace(longrepr=("file.py", 1, f"Skipped: {reason}"))
+def test_skips_are_grouped_by_root_cause_with_the_capabilities_it_takes_away():
+    def skipped(causes):
+        return SimpleNamespace(longrepr=("file.py", 1, "Skipped: ..."),
+                               user_properties=[(SKIP_CAUSES, causes)])
 
-    reports = [skipped("kubevirt: not installed")] * 3 + [skipped("vfio: emulated")]
-    assert group_skips(reports) == [("kubevirt: not installed", 3), ("vfio: emulated", 1)]
+    no_kubevirt = "the hermetic cluster cannot run KubeVirt"
+    reports = [
+        skipped({no_kubevirt: ["kubevirt", "kubevirt-dra-gates"]}),
+        skipped({no_kubevirt: ["kubevirt", "guest-access"]}),
+        skipped({"PCI is emulated": ["vfio"], no_kubevirt: ["kubevirt"]}),
+        SimpleNamespace(longrepr=("file.py", 1, "Skipped: the cluster has one node"),
+                        user_properties=[]),
+    ]
+    grouped = [(c.reason, c.tests, sorted(c.capabilities)) for c in group_skips(reports)]
+    assert grouped == [
+        (no_kubevirt, 3, ["guest-access", "kubevirt", "kubevirt-dra-gates"]),
+        ("PCI is emulated", 1, ["vfio"]),
+        ("the cluster has one node", 1, []),
+    ]
