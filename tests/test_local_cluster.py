@@ -8,7 +8,7 @@ import yaml
 from cryptography import x509
 
 from kubevirtci.capabilities import Capability
-from kubevirtci.local.images import ImageSpec, write_oci_archive
+from kubevirtci.local.images import ImageSpec, archive_images, write_oci_archive
 from kubevirtci.local.layout import ClusterConfig
 from kubevirtci.local.network import node_addresses
 from kubevirtci.local.node_config import (
@@ -119,3 +119,21 @@ def test_a_state_file_of_another_version_is_refused(tmp_path):
     (tmp_path / "c.json").write_text('{"nodes": ["127.0.2.1"], "etcd": 1}')
     with pytest.raises(ValueError, match="another version"):
         ClusterConfig.load(tmp_path / "c.json")
+
+
+def test_an_archive_names_its_images_by_the_digest_containerd_will_show(tmp_path):
+    binary = tmp_path / "hello"
+    binary.write_bytes(b"\x7fELF")
+    archive = write_oci_archive(ImageSpec("localhost/kdc/x:dev", files={"/bin/hello": binary}),
+                                tmp_path / "x.tar")
+    with tarfile.open(archive) as tar:
+        digest = json.load(tar.extractfile("index.json"))["manifests"][0]["digest"]
+    assert archive_images(archive) == {"localhost/kdc/x:dev": digest}
+    binary.write_bytes(b"\x7fELF changed")
+    rebuilt = write_oci_archive(ImageSpec("localhost/kdc/x:dev", files={"/bin/hello": binary}),
+                                tmp_path / "y.tar")
+    assert archive_images(rebuilt)["localhost/kdc/x:dev"] != digest, "same tag, new content"
+    docker_save = tmp_path / "d.tar"
+    with tarfile.open(docker_save, "w") as tar:
+        tar.add(binary, "manifest.json")
+    assert archive_images(docker_save) == {}

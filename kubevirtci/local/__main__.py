@@ -47,7 +47,9 @@ def run(args: argparse.Namespace) -> None:
     elif args.command == "kubeconfig":
         print(cluster.layout.admin_kubeconfig)
     elif args.command == "load-image":
-        print(f"imported {args.archive} into {', '.join(cluster.load_image_archive(args.archive))}")
+        nodes = cluster.load_image_archive(args.archive)
+        print(f"imported {args.archive} into {', '.join(nodes)}" if nodes
+              else f"{args.archive}: every node has its images already")
     elif args.command == "driver-image":
         print(build_driver_archive(args.name, args.out))
     else:

@@ -11,6 +11,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import filelock
 
@@ -24,6 +25,9 @@ from kubevirtci.local.node_init import remove_cgroup
 from kubevirtci.local.nodes import CGROUP_PARENT, HermeticNode
 from kubevirtci.local.pki import CertificateAuthority
 from kubevirtci.local.processes import ProcessSpec, Supervisor, wait_until
+
+if TYPE_CHECKING:
+    from fixtures.kube import Kube
 
 DRIVER_IMAGE = "localhost/kdc/nvme-dra-driver:dev"  # as driver/deploy names it
 BUSYBOX_IMAGE = "localhost/kdc/busybox:dev"
@@ -172,10 +176,14 @@ class LocalCluster:
                 f"{self.supervisor.tail(name)}\nFix: see {self.supervisor.log_file(name)}"
             )
 
-    def _await_nodes_ready(self, config: ClusterConfig) -> None:
+    def kube(self) -> Kube:
+        """An API client for the cluster's own work (not a test run's)."""
         from fixtures.kube import Kube, load_api_client
 
-        kube = Kube(load_api_client(self.layout.admin_kubeconfig, None), "cluster")
+        return Kube(load_api_client(self.layout.admin_kubeconfig, None), "cluster")
+
+    def _await_nodes_ready(self, config: ClusterConfig) -> None:
+        kube = self.kube()
 
         def ready() -> bool:
             try:
@@ -236,25 +244,45 @@ class LocalCluster:
         node.import_image(archive)
 
     def load_image_archive(self, archive: Path) -> list[str]:
-        """``kind load image-archive``: import an OCI or Docker archive into every node."""
+        """``kind load image-archive``: import an OCI or Docker archive into every node
+        that lacks its images as they are; returns the nodes it was imported into. Pods
+        those nodes run from an older content of the same image name are deleted, so that
+        their controllers recreate them from the new one (a tag such as ``:dev`` keeps
+        its name across rebuilds)."""
         if not archive.is_file():
             raise SuiteUsageError(f"no image archive at {archive}",
                                   "pass the path of an OCI or `docker save` tarball")
+        wanted = images.archive_images(archive)
+        changed = []
         for node in self.nodes():
+            held = node.image_digests()
+            if wanted and all(held.get(name) == digest for name, digest in wanted.items()):
+                continue
             node.import_image(archive)
-        return [n.name for n in self.nodes()]
+            changed.append(node.name)
+            if any(name in held for name in wanted):
+                self._replace_pods_running(set(wanted), node.name)
+        return changed
+
+    def _replace_pods_running(self, image_names: set[str], node: str) -> None:
+        kube = self.kube()
+        for pod in kube.list("Pod"):
+            spec = pod["spec"]
+            if spec.get("nodeName") == node and any(
+                    c["image"] in image_names for c in spec["containers"]):
+                progress(f"{node}: replacing pod {pod['metadata']['namespace']}/"
+                         f"{pod['metadata']['name']} (its image changed)")
+                kube.delete("Pod", pod["metadata"]["name"], pod["metadata"]["namespace"])
 
     def load_known_image(self, name: str) -> bool:
-        """Build and import an image this project knows how to build; False if unknown."""
-        if name == DRIVER_IMAGE:
-            if "nvme-dra-driver" not in self.bins:
-                self.build()
-            spec = images.driver_image(name, self.bins["nvme-dra-driver"].parent)
-            archive = self.layout.images / f"nvme-dra-driver-{driver_version()}.tar"
-            images.write_oci_archive(spec, archive)
-            self.load_image_archive(archive)
-            return True
-        return False
+        """Build and load an image this project knows how to build; False if unknown."""
+        if name != DRIVER_IMAGE:
+            return False
+        archive = self.layout.images / f"nvme-dra-driver-{driver_version()}.tar"
+        if not archive.exists():
+            build_driver_archive(name, archive)
+        self.load_image_archive(archive)
+        return True
 
 
 def build_driver_archive(name: str, archive: Path) -> Path:

@@ -92,6 +92,20 @@ def write_oci_archive(spec: ImageSpec, archive: Path) -> Path:
     return archive
 
 
+def archive_images(archive: Path) -> dict[str, str]:
+    """{image name: manifest digest} of an OCI archive (what ``ctr images ls`` shows once
+    it is imported); empty for other formats (``docker save``), whose import is not
+    skipped."""
+    try:
+        with tarfile.open(archive) as tar:
+            index = json.load(tar.extractfile("index.json"))  # type: ignore[arg-type]
+    except (KeyError, tarfile.TarError, json.JSONDecodeError):
+        return {}
+    return {m["annotations"]["io.containerd.image.name"]: m["digest"]
+            for m in index.get("manifests", [])
+            if "io.containerd.image.name" in m.get("annotations", {})}
+
+
 BUSYBOX_APPLETS = ("sh", "ls", "cat", "env", "sleep", "test", "echo", "grep", "find", "stat",
                    "dd", "mount", "true", "head", "wc", "nc", "httpd", "tail", "ps",
                    "hostname", "readlink", "mkdir", "basename", "tr")

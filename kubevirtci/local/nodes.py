@@ -123,8 +123,10 @@ class HermeticNode(Node):
     def ctr(self) -> list[str]:
         return ["ctr", "-a", CONTAINERD_SOCKET, "-n", "k8s.io"]
 
-    def images(self) -> set[str]:
-        return set(self.run([*self.ctr(), "images", "ls", "-q"]).split())
+    def image_digests(self) -> dict[str, str]:
+        """{image name: manifest digest} of what the node's containerd holds."""
+        rows = self.run([*self.ctr(), "images", "ls"]).splitlines()[1:]
+        return {ref: digest for ref, _, digest, *_ in (row.split() for row in rows if row)}
 
     def import_image(self, archive: Path) -> None:
         """``ctr images import`` from the archive streamed in, as ``kind load`` does."""

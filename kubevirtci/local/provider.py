@@ -63,7 +63,7 @@ class LocalProvider(Provider):
         for image in images:
             if self.cluster.load_known_image(image):
                 continue
-            missing = [n.name for n in self.cluster.nodes() if image not in n.images()]
+            missing = [n.name for n in self.cluster.nodes() if image not in n.image_digests()]
             if missing:
                 raise SuiteUsageError(
                     f"image {image} is not on nodes {', '.join(missing)} (the hermetic "
