@@ -3,9 +3,10 @@ the run output folder; never a timed assertion.
 
     python scripts/benchmark.py [--runs N] [--skip-parallel]
 
-Measures: hermetic cluster ready from cached binaries (target <= 60 s), cluster RSS
-(<= 3 GiB), full hermetic conformance run (<= 15 min), -n 2 speed-up (>= 1.5x),
-per-test fixture overhead (median <= 2 s) and flakes over N consecutive runs (0)."""
+Measures: hermetic cluster ready from cached binaries (target <= 30 s), cluster RSS
+(<= 3 GiB), full hermetic conformance run (<= 30 min), -n 2 speed-up (>= 1.5x),
+per-test fixture overhead (median <= 2 s), flakes over N consecutive runs (0) and what
+teardown leaves behind (nothing)."""
 
 from __future__ import annotations
 

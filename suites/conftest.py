@@ -14,3 +14,12 @@ def capability_gate(request: pytest.FixtureRequest, cluster: ClusterSession) -> 
 @pytest.fixture(autouse=True)
 def _device_lease(capability_gate: None, device_lease: None) -> None:
     """Every suite test holds the device lease (after the gate: skips take no lease)."""
+
+
+@pytest.fixture
+def pci_vendor_device(profile) -> str:
+    """The profile's PCI vendor:device; a test of PCI functions skips for other drivers."""
+    if not profile.pci_vendor_device:
+        pytest.skip(f"profile {profile.name} declares no pciVendorDevice: its devices are "
+                    "not PCI functions")
+    return profile.pci_vendor_device

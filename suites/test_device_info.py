@@ -112,10 +112,12 @@ def test_domain_xml_hostdev_source_matches_allocated_pci_bus_id(
 
 
 @markers.requires(Capability.GUEST_ACCESS)
-def test_guest_lists_device_with_allocated_serial(kube, objects, namespace, profile, guest):
+def test_guest_lists_device_with_allocated_serial(
+    kube, objects, namespace, profile, guest, pci_vendor_device
+):
     _dra_vm(objects, profile)
     vm = vms.running(kube, namespace, "vm")
-    assert profile.pci_vendor_device in vms.guest_pci_ids(guest, vm)
+    assert pci_vendor_device in vms.guest_pci_ids(guest, vm)
     if profile.serial_attribute:
         serial = _allocated_bus_id(kube, namespace)[profile.serial_attribute]
         assert serial in vms.guest_nvme_serials(guest, vm)

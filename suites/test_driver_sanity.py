@@ -61,8 +61,14 @@ class Plugin:
         self.profile = profile
         self.node = cluster.provider.node(node)
         kubelet = self.node.paths.kubelet
-        self.socket = profile.plugin_socket.replace("/var/lib/kubelet", kubelet, 1)
-        self.data_dir = self.socket.rsplit("/", 1)[0]
+        if profile.plugin_socket:
+            socket = profile.plugin_socket.replace("/var/lib/kubelet", kubelet, 1)
+            self.socket_flags = ["--socket", socket]
+            self.data_dir = socket.rsplit("/", 1)[0]
+        else:  # as the kubelet finds it: by the plugin's registration
+            self.socket_flags = ["--driver", profile.driver,
+                                 "--registry", f"{kubelet}/plugins_registry"]
+            self.data_dir = f"{kubelet}/plugins/{profile.driver}"  # the helper's default
 
     def _client(self, *args):
         return json.loads(self.node.run(["dra-sanity", *args]))
@@ -70,7 +76,7 @@ class Plugin:
     def call(self, verb, *claims, parallel=False):
         refs = [f"{c['metadata']['namespace']}/{c['metadata']['name']}/{c['metadata']['uid']}"
                 for c in claims]
-        flags = ["--socket", self.socket] + (["--parallel"] if parallel else [])
+        flags = self.socket_flags + (["--parallel"] if parallel else [])
         return self._client(*flags, verb, *refs)
 
     def try_unprepare(self, claim) -> bool:
@@ -208,8 +214,12 @@ def test_plugin_restart_keeps_prepared_claims(kube, plugin, prepared, profile, d
 
 @needs_socket
 def test_no_device_is_prepared_for_two_claims_under_concurrent_requests(
-    plugin, allocate, device
+    plugin, allocate, device, profile
 ):
+    if profile.exclusive_prepare != "yes":
+        pytest.skip(f"profile {profile.name} does not promise to refuse a device prepared "
+                    f"for another claim (promises.exclusivePrepare: "
+                    f"{profile.exclusive_prepare}); DRA leaves exclusivity to the scheduler")
     claims = [allocate(f"race-{i}", device) for i in range(2)]
     response = plugin.call("prepare", *claims, parallel=True)
     results = [r["claims"][c["metadata"]["uid"]] for r, c in zip(

@@ -155,7 +155,7 @@ def test_prepared_device_is_bound_to_vfio_and_given_back_after_the_pod(
 
 
 def test_a_container_given_a_function_sees_it_in_sysfs_with_its_iommu_group(
-    kube, objects, namespace, profile
+    kube, objects, namespace, profile, pci_vendor_device
 ):
     """libvirt in virt-launcher reads the function's sysfs entries: a container given the
     function must see them where the kernel shows them."""
@@ -170,5 +170,5 @@ def test_a_container_given_a_function_sees_it_in_sysfs_with_its_iommu_group(
                     " ls /dev/vfio"])
     vendor, device, group, *vfio = out.split()
     assert f"{vendor.removeprefix('0x')}:{device.removeprefix('0x')}" == \
-        profile.pci_vendor_device, f"{entry} in the container is not the allocated function"
+        pci_vendor_device, f"{entry} in the container is not the allocated function"
     assert group in vfio, f"the container was given {vfio}, not the function's group {group}"

@@ -48,7 +48,7 @@ def test_reference_profile_loads():
     p = load("reference-nvme")
     assert p.driver == "nvme.dra.kubevirt-conformance.io"
     assert p.device_kind == "hostDevice" and p.pci_vendor_device == "1b36:0010"
-    assert p.plugin_socket == "/var/lib/kubelet/plugins/nvme.dra.kubevirt-conformance.io/dra.sock"
+    assert p.plugin_socket is None  # found through the kubelet's plugin registry
     assert all(m.is_file() for m in p.manifests)
     assert "resource.kubernetes.io/pciBusID" in p.required_attributes
 
@@ -87,3 +87,20 @@ def test_vendor_profile_minimal_and_defaults(tmp_path):
     assert p.same_device_unpinned == "yes"
     assert p.plugin_pod_selector == "app.kubernetes.io/name=v-driver"
     assert p.manifests == ()
+
+
+def test_example_driver_profile_loads_without_pci_and_installs_nothing():
+    p = load("dra-example-gpu")
+    assert (p.driver, p.device_kind, p.pci_vendor_device) == ("gpu.example.com", "gpu", None)
+    assert p.manifests == () and p.images
+    assert (p.device_metadata, p.exclusive_prepare) == (False, "no")
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    (False, "no"), (True, "yes"), ("unknown", "unknown"), (None, "unknown")])
+def test_exclusive_prepare_promise_takes_yaml_booleans(given, expected, tmp_path):
+    promises = {} if given is None else {"exclusivePrepare": given}
+    p = parse({"driver": "d", "deviceClass": "c", "deviceKind": "gpu",
+               "identityAttribute": "d/uuid", "promises": promises}, tmp_path / "p.yaml")
+    assert p.exclusive_prepare == expected
+    assert load("reference-nvme").exclusive_prepare == "yes"

@@ -4,8 +4,10 @@ scratch; a failed build leaves no partial entry behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +84,21 @@ CONTAINERD = Component(
 )
 UPSTREAM = (KUBERNETES, ETCD, CONTAINERD, PAUSE)
 
+# Not part of the cluster: a DRA driver nobody here wrote, which the suite is checked
+# against (scripts/dra_example_driver.py), and Helm, which renders its upstream chart.
+# Each builds in a module of its own, with that module's one Kubernetes release.
+DRA_EXAMPLE_DRIVER = Component(
+    "dra-example-driver", "v0.4.0", BUILD_DIR / "dra-example-driver",
+    tuple(f"sigs.k8s.io/dra-example-driver/cmd/dra-example-{p}"
+          for p in ("kubeletplugin", "controller", "webhook")),
+)
+HELM_VERSION = "v4.3.2"
+HELM = Component(
+    "helm", HELM_VERSION, BUILD_DIR / "helm", ("helm.sh/helm/v4/cmd/helm",),
+    ldflags=f"-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION} "
+            "-X helm.sh/helm/v4/internal/version.gitTreeState=clean",
+)
+
 
 def driver_component(version: str) -> Component:
     """The project's own driver programs, keyed by the driver sources' content hash."""
@@ -116,6 +133,20 @@ def build(component: Component, runner: CommandRunner | None = None) -> Path:
     shutil.rmtree(component.bin_dir, ignore_errors=True)
     staging.rename(component.bin_dir)
     return component.bin_dir
+
+
+def module_source(component: Component, module: str) -> Path:
+    """The folder of ``module`` in the Go module cache at the version the component's
+    build module pins (downloaded when absent). Upstream files that ship beside the
+    code, such as a Helm chart, are read from there as they are."""
+    result = subprocess.run(["go", "mod", "download", "-json", module], check=False,
+                            cwd=component.module_dir, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SuiteUsageError(
+            f"cannot download Go module {module}: {result.stdout.strip() or result.stderr}",
+            "check that the Go module proxy is reachable (`go env GOPROXY`)",
+        )
+    return Path(json.loads(result.stdout)["Dir"])
 
 
 def check_host_packages(runner: CommandRunner | None = None) -> None:

@@ -129,3 +129,13 @@ def busybox_image(name: str, busybox: Path = Path("/bin/busybox")) -> ImageSpec:
         symlinks={f"/bin/{a}": "busybox" for a in BUSYBOX_APPLETS},
         entrypoint=["/bin/sh"],
     )
+
+
+def dra_example_driver_image(name: str, bin_dir: Path) -> ImageSpec:
+    """The programs where the example driver's own image puts them (its
+    deployments/container/Dockerfile); its chart names the command to run."""
+    return ImageSpec(
+        name,
+        files={f"/usr/bin/dra-example-{p}": bin_dir / f"dra-example-{p}"
+               for p in ("kubeletplugin", "controller", "webhook")},
+    )

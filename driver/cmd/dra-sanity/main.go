@@ -36,18 +36,26 @@ func main() {
 		resolve(os.Args[2:])
 		return
 	}
-	socket := flag.String("socket", "", "the plugin's dra.sock")
+	socket := flag.String("socket", "", "the plugin's DRA socket (default: as registered)")
+	driver := flag.String("driver", "", "find the socket of this driver's registered plugin")
+	registry := flag.String("registry", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registry")
 	timeout := flag.Duration("timeout", 60*time.Second, "per-call timeout")
 	parallel := flag.Bool("parallel", false, "send one call per claim, all at once (concurrency check)")
 	flag.Parse()
-	if *socket == "" || flag.NArg() < 2 {
-		fmt.Fprintln(os.Stderr, "usage: dra-sanity --socket PATH prepare|unprepare NS/NAME/UID...\n"+
+	if (*socket == "") == (*driver == "") || flag.NArg() < 2 {
+		fmt.Fprintln(os.Stderr, "usage: dra-sanity --socket PATH|--driver NAME [--registry DIR] "+
+			"prepare|unprepare NS/NAME/UID...\n"+
 			"       dra-sanity resolve --cdi-dir DIR[,DIR] CDI-ID...")
 		os.Exit(2)
 	}
 	claims, err := parseClaims(flag.Args()[1:])
 	if err != nil {
 		fail(err)
+	}
+	if *socket == "" {
+		if *socket, err = endpointFromRegistry(*registry, *driver, *timeout); err != nil {
+			fail(err)
+		}
 	}
 	conn, err := grpc.NewClient("unix://"+*socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
