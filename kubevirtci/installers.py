@@ -14,11 +14,11 @@ import yaml
 from kubernetes import utils
 from kubernetes.client.rest import ApiException
 
-from fixtures.errors import SuiteUsageError
-from fixtures.kube import Kube
-from fixtures.profile import DriverProfile
-from fixtures.timeouts import Timeout
-from fixtures.waits import has_condition, wait_for
+from core.errors import SuiteUsageError
+from core.kube import Kube
+from core.profile import DriverProfile
+from core.timeouts import Timeout, WaitTimeout
+from core.waits import Stop, Verdict, container_failure, has_condition, poll, wait_for
 from kubevirtci.discovery import DRA_GATES
 
 NVME_DEVICE_PLUGIN = {
@@ -155,30 +155,41 @@ def daemonset_rolled_out(ds: dict[str, Any] | None) -> bool:
     )
 
 
+def pods_ready_on_every_node(pods: list[dict[str, Any]], nodes: int) -> Verdict:
+    """A DaemonSet's pods: one Ready on each of ``nodes`` nodes. A crash-looping pod ends
+    the wait (it can look Ready between restarts, and passes ``kubectl rollout status``)."""
+    for pod in pods:
+        failure = container_failure(pod)
+        if failure:
+            return Stop(f"pod {pod['metadata']['name']} on {pod['spec'].get('nodeName')}: "
+                        f"{failure}")
+    ready_nodes = {p["spec"].get("nodeName") for p in pods
+                   if p["metadata"].get("deletionTimestamp") is None
+                   and has_condition(p, "Ready")}
+    return len(ready_nodes) >= nodes
+
+
 def wait_for_rollout(kube: Kube, name: str, namespace: str) -> None:
     _progress(f"waiting for DaemonSet {namespace}/{name} to roll out")
-    wait_for(kube, "DaemonSet", name, namespace, daemonset_rolled_out, Timeout.DRIVER_READY,
-             "DaemonSet rollout (updated and ready on every node)")
+    ds = wait_for(kube, "DaemonSet", name, namespace, daemonset_rolled_out,
+                  Timeout.DRIVER_READY, "DaemonSet rollout (updated and ready on every node)")
+    assert ds is not None
+    selector = ",".join(f"{k}={v}" for k, v in ds["spec"]["selector"]["matchLabels"].items())
+    desired = ds["status"]["desiredNumberScheduled"]
+    poll(lambda: pods_ready_on_every_node(
+        kube.list("Pod", namespace, label_selector=selector), desired),
+        Timeout.DRIVER_READY, f"DaemonSet {namespace}/{name}'s pods Ready on every node")
 
 
 def wait_for_slices(kube: Kube, driver: str) -> None:
     """Wait until the driver has published at least one ResourceSlice with devices."""
-    from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
-
     def published() -> bool:
         return any(
             (s.get("spec") or {}).get("driver") == driver and (s["spec"].get("devices") or [])
             for s in kube.list("ResourceSlice")
         )
 
-    retrying = Retrying(
-        stop=stop_after_delay(Timeout.SLICES_PUBLISHED.seconds),
-        wait=wait_exponential(multiplier=0.5, max=5),
-        retry=retry_if_result(lambda ok: not ok),
-        retry_error_callback=lambda state: False,
-    )
-    if not retrying(published):
-        raise AssertionError(
-            f"{Timeout.SLICES_PUBLISHED.name} ({Timeout.SLICES_PUBLISHED.seconds:.0f}s) ran out "
-            f"waiting for ResourceSlices of {driver}: check the driver DaemonSet's pods and logs"
-        )
+    try:
+        poll(published, Timeout.SLICES_PUBLISHED, f"ResourceSlices of {driver}")
+    except WaitTimeout as err:
+        raise WaitTimeout(f"{err}: check the driver DaemonSet's pods and logs") from err

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fixtures.errors import SuiteUsageError
+from core.errors import SuiteUsageError
 from kubevirtci.capabilities import Capabilities, Capability
 from kubevirtci.provider import Node, NodeCommandFailed, Provider
 from kubevirtci.runner import CommandRunner, check

@@ -5,15 +5,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from kubevirtci.capabilities import Capabilities
-
-
-class GuestAccess(Protocol):
-    """Run a shell command inside a running VMI's guest and return its output."""
-
-    def run(self, namespace: str, vmi: str, command: str) -> str: ...
 
 
 class NodeCommandFailed(AssertionError):

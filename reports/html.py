@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from fixtures.plugin import DIAGNOSTICS_KEY, SESSION_KEY
+from reports import DIAGNOSTICS_KEY, RUN_INFO_KEY
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -21,12 +21,12 @@ def pytest_html_report_title(report: Any) -> None:
 
 def pytest_html_results_summary(prefix: list[str], summary: list[str], postfix: list[str],
                                 session: pytest.Session) -> None:
-    cluster = session.config.stash.get(SESSION_KEY, None)
-    if cluster is None:
+    info = session.config.stash.get(RUN_INFO_KEY, None)
+    if info is None:
         return
     from html import escape
 
-    prefix.extend(f"<p>{escape(line)}</p>" for line in cluster.header_lines())
+    prefix.extend(f"<p>{escape(line)}</p>" for line in info.header_lines())
 
 
 def diagnostics_extras(diagnostics: dict[str, str]) -> list[dict[str, Any]]:

@@ -1,43 +1,37 @@
-"""JUnit: run-level properties (provider, versions, driver, profile) on the test suite."""
+"""JUnit: run-level properties (provider, versions, driver, profile) on the test suite.
+
+Written into the file pytest's junitxml plugin wrote, once it is closed, so that only
+public pytest API is used and the properties come from the controller under xdist."""
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
 import pytest
-from _pytest.junitxml import xml_key
 
-from fixtures.plugin import SESSION_KEY
-
-
-def junit_properties(lines: dict[str, str]) -> list[tuple[str, str]]:
-    return sorted(lines.items())
+from reports import RUN_INFO_KEY
 
 
-def run_properties(config: pytest.Config) -> dict[str, str]:
-    session = config.stash.get(SESSION_KEY, None)
-    if session is None:
-        return {}
-    facts = session.facts
-    props = {
-        "provider": session.provider.name,
-        "profile": session.profile.name,
-        "driver": session.profile.driver,
-        "run_id": session.options.run_id,
-        "kubernetes_version": facts.server_version,
-        "kubevirt_version": facts.kubevirt_version or "not installed",
-        "kubevirt_gates": ",".join(facts.kubevirt_gates),
-        "certify": str(session.options.certify).lower(),
-    }
-    if session.error:
-        props["cluster_error"] = session.error
-    for i, part in enumerate(session.provider.emulated):
-        props[f"emulated_{i}"] = part
-    return props
+def add_properties(xml_path: Path, properties: dict[str, str]) -> None:
+    """Add ``properties`` to every testsuite of a JUnit file, sorted by name."""
+    tree = ET.parse(xml_path)
+    root = tree.getroot()
+    for suite in [root] if root.tag == "testsuite" else root.iter("testsuite"):
+        existing = suite.find("properties")
+        if existing is None:
+            existing = ET.Element("properties")
+            suite.insert(0, existing)
+        for name, value in sorted(properties.items()):
+            ET.SubElement(existing, "property", name=name, value=value)
+    tree.write(xml_path, encoding="utf-8", xml_declaration=True)
 
 
-@pytest.hookimpl(tryfirst=True)  # before junitxml writes the file
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    xml = session.config.stash.get(xml_key, None)
-    if xml is None:
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    xml_path = config.getoption("xmlpath", None)
+    info = config.stash.get(RUN_INFO_KEY, None)
+    if not xml_path or info is None or hasattr(config, "workerinput"):
         return
-    for name, value in junit_properties(run_properties(session.config)):
-        xml.add_global_property(name, value)
+    if Path(xml_path).is_file():
+        add_properties(Path(xml_path), info.run_properties())

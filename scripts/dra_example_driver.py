@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fixtures.errors import SuiteUsageError  # noqa: E402
-from fixtures.timeouts import Timeout  # noqa: E402
+from core.errors import SuiteUsageError  # noqa: E402
+from core.timeouts import Timeout  # noqa: E402
 from kubevirtci.installers import wait_for_slices  # noqa: E402
 from kubevirtci.local import components, images  # noqa: E402
 from kubevirtci.local.cluster import LocalCluster  # noqa: E402

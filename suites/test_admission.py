@@ -7,20 +7,17 @@ import copy
 import pytest
 from kubernetes.client.rest import ApiException
 
-from fixtures import markers, vms, waits
+from core import waits
+from core.timeouts import Timeout
+from fixtures import markers, vms
 from fixtures.builders.resourceclaim import (
     new_resource_claim,
     with_request,
     with_request_cel_selector,
 )
-from fixtures.builders.virtualmachine import (
-    with_claim_reference,
-    with_dra_host_device,
-    with_raw_host_device,
-)
+from fixtures.builders.vmi import HOST_DEVICES, with_claim_reference, with_device
 from fixtures.claims import REQUEST, plain_claim
 from fixtures.devices import allocated_devices
-from fixtures.timeouts import Timeout
 
 pytestmark = [markers.admission, markers.requires_kubevirt_dra]
 
@@ -28,32 +25,34 @@ pytestmark = [markers.admission, markers.requires_kubevirt_dra]
 BROKEN_RULES = {
     "claim-name-not-dns-label": (
         (with_claim_reference("Not_A_Label", "c"),
-         with_dra_host_device("d", "Not_A_Label", REQUEST)),
+         with_device(HOST_DEVICES, "d", claimName="Not_A_Label", requestName=REQUEST)),
         "resourceclaims",
     ),
     "duplicate-claim-names": (
         (with_claim_reference("c", "c"), with_claim_reference("c", "c2"),
-         with_dra_host_device("d", "c", REQUEST)),
+         with_device(HOST_DEVICES, "d", claimName="c", requestName=REQUEST)),
         "resourceclaims",
     ),
     "claim-name-not-in-resource-claims": (
-        (with_claim_reference("c", "c"), with_dra_host_device("d", "missing", REQUEST)),
+        (with_claim_reference("c", "c"),
+         with_device(HOST_DEVICES, "d", claimName="missing", requestName=REQUEST)),
         "claimname",
     ),
     "request-name-missing": (
         (with_claim_reference("c", "c"),
-         with_raw_host_device({"name": "d", "claimName": "c"})),
+         with_device(HOST_DEVICES, "d", claimName="c")),
         "requestname",
     ),
     "duplicate-claim-request-pair": (
-        (with_claim_reference("c", "c"), with_dra_host_device("d1", "c", REQUEST),
-         with_dra_host_device("d2", "c", REQUEST)),
+        (with_claim_reference("c", "c"),
+         with_device(HOST_DEVICES, "d1", claimName="c", requestName=REQUEST),
+         with_device(HOST_DEVICES, "d2", claimName="c", requestName=REQUEST)),
         "requestname",
     ),
     "device-name-and-claim-both-set": (
         (with_claim_reference("c", "c"),
-         with_raw_host_device({"name": "d", "deviceName": "devices.kubevirt.io/nvme",
-                               "claimName": "c", "requestName": REQUEST})),
+         with_device(HOST_DEVICES, "d", deviceName="devices.kubevirt.io/nvme",
+                     claimName="c", requestName=REQUEST)),
         "devicename",
     ),
 }
@@ -71,8 +70,8 @@ def test_vep10_rule_violation_is_rejected_naming_the_field(objects, profile, rul
 def _scheduling_failure(kube, namespace):
     vmi = waits.wait_for(
         kube, "VirtualMachineInstance", "vm", namespace,
-        lambda o: waits.has_condition(o, "PodScheduled", "False"),
-        Timeout.VMI_PHASE, "VMI to report that its launcher cannot be scheduled",
+        waits.vmi_unschedulable, Timeout.VMI_UNSCHEDULABLE,
+        "VMI to report that its launcher cannot be scheduled",
     )
     assert vmi is not None and vmi["status"].get("phase") != "Running"
     return next(c for c in vmi["status"]["conditions"] if c["type"] == "PodScheduled")
@@ -80,7 +79,7 @@ def _scheduling_failure(kube, namespace):
 
 def _assert_nothing_leaks(kube, namespace, claim):
     kube.delete("VirtualMachine", "vm", namespace)
-    waits.vmi_is_gone(kube, "vm", namespace)
+    waits.is_gone(kube, "VirtualMachineInstance", "vm", namespace)
     left = waits.claim_is_deallocated(kube, claim, namespace)
     assert not allocated_devices(left)
 
@@ -116,12 +115,12 @@ def test_deleting_a_claim_in_use_does_not_take_the_device_from_a_running_vm(
     objects.create(plain_claim("c", profile))
     objects.create(vms.guest_vm("vm", profile, with_claim_reference("c", "c"),
                                 vms.dra_device(profile, "d", "c", REQUEST)))
-    vm = vms.running(kube, namespace, "vm")
+    vm = vms.running(kube, "vm", namespace)
     kube.delete("ResourceClaim", "c", namespace)
     claim = kube.get("ResourceClaim", "c", namespace)
     assert claim["metadata"].get("deletionTimestamp"), "claim should be held by its consumer"
     assert (claim.get("status") or {}).get("reservedFor"), "reservation dropped while in use"
-    again = vms.running(kube, namespace, "vm")
+    again = vms.running(kube, "vm", namespace)
     assert again.vmi["metadata"]["uid"] == vm.vmi["metadata"]["uid"]
 
 
@@ -141,7 +140,7 @@ def test_dra_host_devices_are_rejected_while_the_host_devices_gate_is_off(
             "developerConfiguration": {"featureGates": value}}}}, meta["namespace"])
 
     vm = vms.guest_vm("vm-gate-off", profile, with_claim_reference("c", "c"),
-                      with_dra_host_device("d", "c", REQUEST))
+                      with_device(HOST_DEVICES, "d", claimName="c", requestName=REQUEST))
     rejection: list[str] = []
 
     def rejected() -> bool:
@@ -153,14 +152,13 @@ def test_dra_host_devices_are_rejected_while_the_host_devices_gate_is_off(
                 return True
             raise
         kube.delete("VirtualMachine", "vm-gate-off", objects.namespace)
-        waits.wait_for(kube, "VirtualMachine", "vm-gate-off", objects.namespace,
-                       waits.is_absent, Timeout.VM_STOPPED, "VM deletion")
+        waits.is_gone(kube, "VirtualMachine", "vm-gate-off", objects.namespace)
         return False
 
     set_gates([g for g in gates if g != "HostDevices"])
     try:
         # virt-api picks up configuration changes asynchronously.
-        waits.until(rejected, Timeout.KUBEVIRT_CONFIG, "admission to see the gate off")
+        waits.poll(rejected, Timeout.KUBEVIRT_CONFIG, "admission to see the gate off")
     finally:
         set_gates(gates)
     assert "hostdevices" in rejection[-1].lower(), rejection[-1]

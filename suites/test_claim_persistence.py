@@ -4,53 +4,44 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures import markers, vms, waits
+from core import waits
+from core.timeouts import Timeout
+from fixtures import markers, vms
 from fixtures.builders.resourceclaim import with_request
 from fixtures.builders.resourceclaimtemplate import new_resource_claim_template
-from fixtures.builders.virtualmachine import (
-    with_claim_reference,
-    with_claim_template,
-    with_node_selector,
-    with_run_strategy,
-)
+from fixtures.builders.virtualmachine import with_run_strategy
+from fixtures.builders.vmi import with_claim_reference, with_claim_template, with_node_selector
 from fixtures.claims import REQUEST, pick_free_device, pinned_claim, plain_claim
 from fixtures.devices import PCI_BUS_ID, allocated_devices, claim_device_attributes
 from fixtures.launcher import metadata_dir, read_metadata_files
-from fixtures.timeouts import Timeout
 from kubevirtci.capabilities import Capability
 
 pytestmark = [markers.persistence, markers.requires_kubevirt_dra]
 
 
-def _vm_with_claim(name, profile, claim_name, *options):
+def _vm_with_claim(name, profile, claim_name, *options, vm_options=()):
     return vms.guest_vm(
         name, profile,
         with_claim_reference("nvme", claim_name),
         vms.dra_device(profile, "nvme", "nvme", REQUEST),
-        *options,
+        *options, vm_options=vm_options,
     )
 
 
-def test_precreated_claim_survives_vm_stop_and_start(kube, objects, namespace, profile):
+@pytest.mark.parametrize("cycle", ["stop-start", "restart"])
+def test_precreated_claim_survives_vm_cycle(kube, objects, namespace, profile, cycle):
     claim = objects.create(plain_claim("nvme", profile))
     objects.create(_vm_with_claim("vm", profile, "nvme"))
-    vms.running(kube, namespace, "vm")
-    vms.stop(kube, namespace, "vm")
-    stopped = kube.get("ResourceClaim", "nvme", namespace)
-    assert stopped["metadata"]["uid"] == claim["metadata"]["uid"]
-    assert not (stopped.get("status") or {}).get("reservedFor"), "stopped VM still reserves"
-    vms.start(kube, namespace, "vm")
-    vms.running(kube, namespace, "vm")
-    again = waits.claim_is_allocated(kube, "nvme", namespace)
-    assert again["metadata"]["uid"] == claim["metadata"]["uid"]
-
-
-def test_precreated_claim_survives_vm_restart(kube, objects, namespace, profile):
-    claim = objects.create(plain_claim("nvme", profile))
-    objects.create(_vm_with_claim("vm", profile, "nvme"))
-    vms.running(kube, namespace, "vm")
-    vms.restart(kube, namespace, "vm")
-    vms.running(kube, namespace, "vm")
+    vms.running(kube, "vm", namespace)
+    if cycle == "restart":
+        vms.restart(kube, "vm", namespace)
+    else:
+        vms.stop(kube, "vm", namespace)
+        stopped = kube.get("ResourceClaim", "nvme", namespace)
+        assert stopped["metadata"]["uid"] == claim["metadata"]["uid"]
+        assert not (stopped.get("status") or {}).get("reservedFor"), "stopped VM still reserves"
+        vms.start(kube, "vm", namespace)
+    vms.running(kube, "vm", namespace)
     after = waits.claim_is_allocated(kube, "nvme", namespace)
     assert after["metadata"]["uid"] == claim["metadata"]["uid"]
 
@@ -58,9 +49,9 @@ def test_precreated_claim_survives_vm_restart(kube, objects, namespace, profile)
 def test_precreated_claim_survives_vm_deletion(kube, objects, namespace, profile):
     claim = objects.create(plain_claim("nvme", profile))
     objects.create(_vm_with_claim("vm", profile, "nvme"))
-    vms.running(kube, namespace, "vm")
+    vms.running(kube, "vm", namespace)
     kube.delete("VirtualMachine", "vm", namespace)
-    waits.vmi_is_gone(kube, "vm", namespace)
+    waits.is_gone(kube, "VirtualMachineInstance", "vm", namespace)
     after = waits.claim_is_deallocated(kube, "nvme", namespace)
     assert after["metadata"]["uid"] == claim["metadata"]["uid"]
 
@@ -74,14 +65,14 @@ def test_template_claim_is_recreated_per_launcher_pod_and_deleted_with_it(
         "vm", profile, with_claim_template("nvme", "nvme-tpl"),
         vms.dra_device(profile, "nvme", "nvme", REQUEST),
     ))
-    first = vms.running(kube, namespace, "vm")
+    first = vms.running(kube, "vm", namespace)
     first_claim = vms.pod_claim_names(first.pod)["nvme"]
     first_uid = kube.get("ResourceClaim", first_claim, namespace)["metadata"]["uid"]
     owner = kube.get("ResourceClaim", first_claim, namespace)["metadata"]["ownerReferences"][0]
     assert owner["kind"] == "Pod" and owner["name"] == first.pod["metadata"]["name"]
-    vms.restart(kube, namespace, "vm")
-    second = vms.running(kube, namespace, "vm")
-    waits.claim_is_gone(kube, first_claim, namespace)
+    vms.restart(kube, "vm", namespace)
+    second = vms.running(kube, "vm", namespace)
+    waits.is_gone(kube, "ResourceClaim", first_claim, namespace)
     second_claim = vms.pod_claim_names(second.pod)["nvme"]
     assert kube.get("ResourceClaim", second_claim, namespace)["metadata"]["uid"] != first_uid
 
@@ -91,11 +82,11 @@ def test_pinned_claim_gets_same_device_after_restart(kube, objects, namespace, p
     device = pick_free_device(kube, profile)
     objects.create(pinned_claim("nvme", profile, device))
     objects.create(_vm_with_claim("vm", profile, "nvme", with_node_selector(device.node)))
-    before = vms.running(kube, namespace, "vm")
+    before = vms.running(kube, "vm", namespace)
     bdf_before = read_metadata_files(kube, before.pod, metadata_dir("claim", "nvme", REQUEST))
     serials_before = vms.guest_nvme_serials(guest, before)
-    vms.restart(kube, namespace, "vm")
-    after = vms.running(kube, namespace, "vm")
+    vms.restart(kube, "vm", namespace)
+    after = vms.running(kube, "vm", namespace)
     bdf_after = read_metadata_files(kube, after.pod, metadata_dir("claim", "nvme", REQUEST))
     assert bdf_after == bdf_before, "virt-launcher saw a different device after restart"
     assert vms.guest_nvme_serials(guest, after) == serials_before
@@ -111,13 +102,13 @@ def test_data_written_in_guest_is_read_back_after_restart(
     device = pick_free_device(kube, profile)
     objects.create(pinned_claim("nvme", profile, device))
     objects.create(_vm_with_claim("vm", profile, "nvme", with_node_selector(device.node)))
-    vm = vms.running(kube, namespace, "vm")
+    vm = vms.running(kube, "vm", namespace)
     token = f"kdc-{namespace}"
-    guest.run(vm.namespace, vm.name,
+    guest.run(vm.name, vm.namespace,
               f"echo {token} | sudo dd of=/dev/nvme0n1 bs=512 count=1 conv=fsync status=none")
-    vms.restart(kube, namespace, "vm")
-    vm = vms.running(kube, namespace, "vm")
-    read = guest.run(vm.namespace, vm.name,
+    vms.restart(kube, "vm", namespace)
+    vm = vms.running(kube, "vm", namespace)
+    read = guest.run(vm.name, vm.namespace,
                      "sudo dd if=/dev/nvme0n1 bs=512 count=1 status=none | head -c 64")
     assert token in read
 
@@ -128,11 +119,11 @@ def test_unpinned_claim_reports_whether_device_changed_against_profile_promise(
 ):
     objects.create(plain_claim("nvme", profile))
     objects.create(_vm_with_claim("vm", profile, "nvme"))
-    vms.running(kube, namespace, "vm")
+    vms.running(kube, "vm", namespace)
     before = allocated_devices(waits.claim_is_allocated(kube, "nvme", namespace))
-    vms.stop(kube, namespace, "vm")
-    vms.start(kube, namespace, "vm")
-    vms.running(kube, namespace, "vm")
+    vms.stop(kube, "vm", namespace)
+    vms.start(kube, "vm", namespace)
+    vms.running(kube, "vm", namespace)
     after = allocated_devices(waits.claim_is_allocated(kube, "nvme", namespace))
     changed = [d.key for d in before] != [d.key for d in after]
     record_property("unpinned_device_changed", str(changed).lower())
@@ -150,12 +141,12 @@ def test_stopped_vm_device_can_be_taken_by_another_vm(kube, objects, namespace, 
     device = pick_free_device(kube, profile)
     objects.create(pinned_claim("a", profile, device))
     objects.create(_vm_with_claim("vm-a", profile, "a", with_node_selector(device.node)))
-    vms.running(kube, namespace, "vm-a")
-    vms.stop(kube, namespace, "vm-a")
+    vms.running(kube, "vm-a", namespace)
+    vms.stop(kube, "vm-a", namespace)
     waits.claim_is_deallocated(kube, "a", namespace)
     objects.create(pinned_claim("b", profile, device))
     objects.create(_vm_with_claim("vm-b", profile, "b", with_node_selector(device.node)))
-    vms.running(kube, namespace, "vm-b")
+    vms.running(kube, "vm-b", namespace)
     taken = allocated_devices(waits.claim_is_allocated(kube, "b", namespace))
     assert [d.device for d in taken] == [device.name]
 
@@ -167,21 +158,21 @@ def test_pinned_vm_waits_while_its_device_is_held_and_starts_after_release(
     device = pick_free_device(kube, profile)
     objects.create(pinned_claim("a", profile, device))
     objects.create(_vm_with_claim("vm-a", profile, "a", with_node_selector(device.node),
-                                  with_run_strategy("Halted")))
+                                  vm_options=(with_run_strategy("Halted"),)))
     objects.create(pinned_claim("b", profile, device))
     objects.create(_vm_with_claim("vm-b", profile, "b", with_node_selector(device.node)))
-    vms.running(kube, namespace, "vm-b")
-    vms.start(kube, namespace, "vm-a")
+    vms.running(kube, "vm-b", namespace)
+    vms.start(kube, "vm-a", namespace)
     vmi = waits.wait_for(
         kube, "VirtualMachineInstance", "vm-a", namespace,
-        lambda o: waits.has_condition(o, "PodScheduled", "False"),
-        Timeout.VMI_PHASE, "VMI to report why it cannot be scheduled",
+        waits.vmi_unschedulable, Timeout.VMI_UNSCHEDULABLE,
+        "VMI to report why it cannot be scheduled",
     )
     assert vmi is not None and vmi["status"].get("phase") != "Running"
     reason = next(c for c in vmi["status"]["conditions"] if c["type"] == "PodScheduled")
     assert "claim" in reason.get("message", "").lower(), reason
-    vms.stop(kube, namespace, "vm-b")
-    vm_a = vms.running(kube, namespace, "vm-a")
+    vms.stop(kube, "vm-b", namespace)
+    vm_a = vms.running(kube, "vm-a", namespace)
     attrs = claim_device_attributes(kube, waits.claim_is_allocated(kube, "a", namespace))
     assert attrs[0].get(PCI_BUS_ID) == device.attributes.get(PCI_BUS_ID)
     assert vm_a.node == device.node
@@ -204,9 +195,9 @@ def test_vm_owned_persistent_claim_survives_stop_and_keeps_device(
     vm["spec"]["resourceClaimTemplates"] = [template]
     vm["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "nvme"}]
     objects.create(vm)
-    vms.running(kube, namespace, "vm")
+    vms.running(kube, "vm", namespace)
     claim = waits.claim_is_allocated(kube, "vm-nvme", namespace)
-    vms.stop(kube, namespace, "vm")
+    vms.stop(kube, "vm", namespace)
     kept = kube.get("ResourceClaim", "vm-nvme", namespace)
     assert kept["metadata"]["uid"] == claim["metadata"]["uid"]
     assert allocated_devices(kept) == allocated_devices(claim)

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures import markers, waits
+from core import waits
+from core.timeouts import Timeout
+from fixtures import markers
 from fixtures.builders.pod import new_pod, with_command, with_pod_node_selector
-from fixtures.timeouts import Timeout
 from kubevirtci.capabilities import Capability
 
 pytestmark = [markers.cluster]
@@ -17,8 +18,8 @@ TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 HTTP_GET = "GET / HTTP/1.0\r\n\r\n"
 
 
-def _exec(kube, namespace, pod, script):
-    return kube.exec(namespace, pod, "ctr", ["sh", "-c", script])
+def _exec(kube, pod, namespace, script):
+    return kube.exec(pod, namespace, "ctr", ["sh", "-c", script])
 
 
 def _node_names(kube) -> list[str]:
@@ -32,17 +33,17 @@ def test_a_pod_reaches_the_api_server_through_the_kubernetes_service(
     objects.create(new_pod("p", profile.test_image))
     waits.pod_is_running(kube, "p", namespace)
     service = kube.get("Service", "kubernetes", "default")
-    env = _exec(kube, namespace, "p", "echo $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT")
+    env = _exec(kube, "p", namespace, "echo $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT")
     assert env.strip() == f"{service['spec']['clusterIP']}:443"
     # The test image has no TLS client: plain HTTP to the Service is answered by the API
     # server's TLS listener itself, which proves the route through kube-proxy's rules.
-    out = _exec(kube, namespace, "p", f"printf {HTTP_GET!r} | nc -w 5 "
+    out = _exec(kube, "p", namespace, f"printf {HTTP_GET!r} | nc -w 5 "
                 "$KUBERNETES_SERVICE_HOST $KUBERNETES_SERVICE_PORT")
     assert "HTTPS server" in out, f"no API server behind the kubernetes Service: {out!r}"
     # The token the pod holds is its service account's, and the API server accepts it.
     review = kube.raw("POST", "/apis/authentication.k8s.io/v1/tokenreviews", {
         "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-        "spec": {"token": _exec(kube, namespace, "p", f"cat {TOKEN}").strip()}})
+        "spec": {"token": _exec(kube, "p", namespace, f"cat {TOKEN}").strip()}})
     assert review["status"].get("authenticated"), review["status"]
     assert review["status"]["user"]["username"] == \
         f"system:serviceaccount:{namespace}:default"
@@ -74,11 +75,11 @@ def test_a_cluster_ip_service_routes_to_a_pod_on_another_node(kube, objects, nam
 
     def answered() -> bool:
         # kube-proxy programs the rules shortly after the endpoints appear.
-        answers.append(_exec(kube, namespace, "client",
+        answers.append(_exec(kube, "client", namespace,
                              f"printf {HTTP_GET!r} | nc -w 3 {ip} 80 | tail -n 1").strip())
         return bool(answers[-1])
 
-    waits.until(answered, Timeout.SERVICE_ROUTED, f"Service {ip} to answer on {client}")
+    waits.poll(answered, Timeout.SERVICE_ROUTED, f"Service {ip} to answer on {client}")
     assert answers[-1] == "server", f"the Service answered {answers[-1]!r}, not the server pod"
 
 
@@ -90,10 +91,10 @@ def test_a_host_pid_pod_sees_only_its_own_nodes_processes(kube, objects, namespa
     objects.create(pod)
     node_name = waits.pod_is_running(kube, "p", namespace)["spec"]["nodeName"]
     node = cluster.provider.node(node_name)
-    seen = _exec(kube, namespace, "p", "readlink /proc/self/ns/pid").strip()
+    seen = _exec(kube, "p", namespace, "readlink /proc/self/ns/pid").strip()
     assert seen == node.run(["readlink", "/proc/self/ns/pid"]).strip(), \
         "a hostPID pod must share its node's PID namespace"
-    kubelets = _exec(kube, namespace, "p",
+    kubelets = _exec(kube, "p", namespace,
                      # a process may end between the glob and the read
                      "for c in /proc/[0-9]*/cmdline; do tr '\\0' ' ' 2>/dev/null < $c; echo; done "
                      "| grep -c '^[^ ]*kubelet ' || true")

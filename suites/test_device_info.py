@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from fixtures import markers, vms, waits
-from fixtures.builders.virtualmachine import with_claim_reference, with_device_plugin_host_device
+from core import waits
+from fixtures import markers, vms
+from fixtures.builders.vmi import HOST_DEVICES, with_claim_reference, with_device
 from fixtures.claims import REQUEST, plain_claim
 from fixtures.devices import PCI_BUS_ID, claim_device_attributes
 from fixtures.launcher import (
@@ -58,7 +59,7 @@ def test_launcher_pod_carries_claims_and_compute_claim_requests(
     kube, objects, namespace, profile
 ):
     _dra_vm(objects, profile)
-    vm = vms.running(kube, namespace, "vm")
+    vm = vms.running(kube, "vm", namespace)
     pod_claims = {c["name"]: c for c in vm.pod["spec"].get("resourceClaims") or []}
     assert pod_claims.get("nvme", {}).get("resourceClaimName") == "nvme", pod_claims
     compute = next(c for c in vm.pod["spec"]["containers"] if c["name"] == COMPUTE)
@@ -70,7 +71,7 @@ def test_metadata_file_at_kubevirt_path_matches_slice_pci_bus_id(
     kube, objects, namespace, profile
 ):
     _dra_vm(objects, profile)
-    vm = vms.running(kube, namespace, "vm")
+    vm = vms.running(kube, "vm", namespace)
     documents = read_metadata_files(kube, vm.pod, metadata_dir("claim", "nvme", REQUEST))
     assert len(documents) == 1, "KubeVirt needs exactly one metadata file per request"
     assert _metadata_bus_ids(documents) == [_allocated_bus_id(kube, namespace)[PCI_BUS_ID]]
@@ -79,7 +80,7 @@ def test_metadata_file_at_kubevirt_path_matches_slice_pci_bus_id(
 @markers.requires(Capability.VFIO)
 def test_vfio_device_nodes_are_present_in_launcher(kube, objects, namespace, profile):
     _dra_vm(objects, profile)
-    vm = vms.running(kube, namespace, "vm")
+    vm = vms.running(kube, "vm", namespace)
     listing = compute_exec(kube, vm.pod, ["ls", "/dev/vfio"]).split()
     assert "vfio" in listing and any(name.isdigit() for name in listing), listing
 
@@ -87,16 +88,16 @@ def test_vfio_device_nodes_are_present_in_launcher(kube, objects, namespace, pro
 @markers.requires(Capability.DEVICE_PLUGIN_NVME)
 def test_device_plugin_vm_gets_pci_resource_env(kube, objects, namespace, profile):
     objects.create(vms.guest_vm(
-        "vm", profile, with_device_plugin_host_device("dp", profile.device_plugin_resource)
+        "vm", profile, with_device(HOST_DEVICES, "dp", deviceName=profile.device_plugin_resource)
     ))
-    vm = vms.running(kube, namespace, "vm")
+    vm = vms.running(kube, "vm", namespace)
     env = dict(
         line.split("=", 1) for line in compute_exec(kube, vm.pod, ["env"]).splitlines()
         if "=" in line
     )
     name = pci_resource_env_name(profile.device_plugin_resource)
     assert env.get(name), f"{name} missing from the compute container"
-    assert set(hostdev_sources(domain_xml(kube, vm.pod, namespace, "vm")).values()) >= set(
+    assert set(hostdev_sources(domain_xml(kube, vm.pod, "vm", namespace)).values()) >= set(
         env[name].split(",")
     )
 
@@ -105,8 +106,8 @@ def test_domain_xml_hostdev_source_matches_allocated_pci_bus_id(
     kube, objects, namespace, profile
 ):
     _dra_vm(objects, profile)
-    vm = vms.running(kube, namespace, "vm")
-    sources = hostdev_sources(domain_xml(kube, vm.pod, namespace, "vm"))
+    vm = vms.running(kube, "vm", namespace)
+    sources = hostdev_sources(domain_xml(kube, vm.pod, "vm", namespace))
     alias = f"dra-{'gpu' if profile.device_kind == 'gpu' else 'hostdevice'}-nvme"
     assert sources.get(alias) == _allocated_bus_id(kube, namespace)[PCI_BUS_ID], sources
 
@@ -116,7 +117,7 @@ def test_guest_lists_device_with_allocated_serial(
     kube, objects, namespace, profile, guest, pci_vendor_device
 ):
     _dra_vm(objects, profile)
-    vm = vms.running(kube, namespace, "vm")
+    vm = vms.running(kube, "vm", namespace)
     assert pci_vendor_device in vms.guest_pci_ids(guest, vm)
     if profile.serial_attribute:
         serial = _allocated_bus_id(kube, namespace)[profile.serial_attribute]
@@ -128,7 +129,7 @@ def test_device_status_matches_allocation_on_kubevirt_1_6_and_1_7(
     kube, objects, namespace, profile
 ):
     _dra_vm(objects, profile)
-    vm = vms.running(kube, namespace, "vm")
+    vm = vms.running(kube, "vm", namespace)
     statuses = (vm.vmi["status"].get("deviceStatus") or {}).get(
         "gpuStatuses" if profile.device_kind == "gpu" else "hostDeviceStatuses"
     ) or []

@@ -13,11 +13,12 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from fixtures import markers, waits
+from core import waits
+from core.timeouts import Timeout
+from fixtures import markers
 from fixtures.claims import REQUEST, FreeDevice, pick_free_device, plain_claim
 from fixtures.devices import qualified
 from fixtures.launcher import first_metadata_object
-from fixtures.timeouts import Timeout
 from kubevirtci.capabilities import Capability
 
 pytestmark = [
@@ -135,7 +136,7 @@ def allocate(kube, objects, profile, plugin):
 
     yield create
     for claim in allocated:
-        waits.until(lambda c=claim: plugin.try_unprepare(c), Timeout.PLUGIN_RESTART,
+        waits.poll(lambda c=claim: plugin.try_unprepare(c), Timeout.CLAIM_UNPREPARED,
                     f"the plugin to unprepare {claim['metadata']['name']}")
 
 
@@ -207,7 +208,7 @@ def test_plugin_restart_keeps_prepared_claims(kube, plugin, prepared, profile, d
             if p["spec"].get("nodeName") == device.node
         )
 
-    waits.until(restarted_and_ready, Timeout.PLUGIN_RESTART, "a new, ready plugin pod")
+    waits.poll(restarted_and_ready, Timeout.PLUGIN_RESTART, "a new, ready plugin pod")
     again = plugin.call("prepare", claim)["claims"][claim["metadata"]["uid"]]
     assert again == first, "a restarted plugin must answer from its checkpoint"
 

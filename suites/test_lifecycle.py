@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from fixtures import markers, vms, waits
-from fixtures.builders.virtualmachine import with_claim_reference, with_node_selector
+from core import waits
+from fixtures import markers, vms
+from fixtures.builders.vmi import with_claim_reference, with_node_selector
 from fixtures.claims import REQUEST, pick_free_device, pinned_claim
 from fixtures.devices import allocated_devices
 
@@ -24,13 +25,13 @@ def test_deleting_a_vm_deallocates_its_claim_and_the_device_is_reusable(
     device = pick_free_device(kube, profile)
     objects.create(pinned_claim("first", profile, device))
     objects.create(_vm("vm-1", profile, "first", device.node))
-    vms.running(kube, namespace, "vm-1")
+    vms.running(kube, "vm-1", namespace)
     kube.delete("VirtualMachine", "vm-1", namespace)
-    waits.vmi_is_gone(kube, "vm-1", namespace)
+    waits.is_gone(kube, "VirtualMachineInstance", "vm-1", namespace)
     waits.claim_is_deallocated(kube, "first", namespace)
     objects.create(pinned_claim("second", profile, device))
     objects.create(_vm("vm-2", profile, "second", device.node))
-    vms.running(kube, namespace, "vm-2")
+    vms.running(kube, "vm-2", namespace)
     got = allocated_devices(waits.claim_is_allocated(kube, "second", namespace))
     assert [d.device for d in got] == [device.name]
 
@@ -44,13 +45,13 @@ def test_five_fast_stop_start_cycles_leak_no_claim_or_reservation(
     objects.create(_vm("vm", profile, "nvme", device.node))
     claims_before = {c["metadata"]["name"] for c in kube.list("ResourceClaim", namespace)}
     for _ in range(RESTART_CYCLES):
-        vms.running(kube, namespace, "vm")
-        vms.stop(kube, namespace, "vm")
-        vms.start(kube, namespace, "vm")
-    vm = vms.running(kube, namespace, "vm")
+        vms.running(kube, "vm", namespace)
+        vms.stop(kube, "vm", namespace)
+        vms.start(kube, "vm", namespace)
+    vm = vms.running(kube, "vm", namespace)
     claim = waits.claim_is_allocated(kube, "nvme", namespace)
     reserved = claim["status"].get("reservedFor") or []
     assert [r["name"] for r in reserved] == [vm.pod["metadata"]["name"]], reserved
     assert {c["metadata"]["name"] for c in kube.list("ResourceClaim", namespace)} == claims_before
-    vms.stop(kube, namespace, "vm")
+    vms.stop(kube, "vm", namespace)
     waits.claim_is_deallocated(kube, "nvme", namespace)

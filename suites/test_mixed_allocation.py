@@ -7,16 +7,16 @@ from collections import defaultdict
 import pytest
 from kubernetes.client.rest import ApiException
 
+from core.kube import RUN_ID_LABEL
 from fixtures import markers, vms
-from fixtures.builders.virtualmachine import (
+from fixtures.builders.vmi import (
+    GPUS,
+    HOST_DEVICES,
     with_claim_reference,
-    with_device_plugin_gpu,
-    with_device_plugin_host_device,
-    with_dra_gpu,
+    with_device,
     with_node_selector,
 )
 from fixtures.claims import REQUEST, free_devices, pick_free_device, plain_claim
-from fixtures.kube import RUN_ID_LABEL
 from fixtures.launcher import compute_exec, domain_xml, hostdev_sources
 from kubevirtci.capabilities import Capability
 
@@ -29,7 +29,7 @@ pytestmark = [
 
 def _dp_vm(name, profile, *options):
     return vms.guest_vm(
-        name, profile, with_device_plugin_host_device("dp", profile.device_plugin_resource),
+        name, profile, with_device(HOST_DEVICES, "dp", deviceName=profile.device_plugin_resource),
         *options,
     )
 
@@ -42,7 +42,7 @@ def _dra_vm(name, profile, claim, *options):
 
 
 def _hostdev_addresses(kube, vm):
-    return hostdev_sources(domain_xml(kube, vm.pod, vm.namespace, vm.name))
+    return hostdev_sources(domain_xml(kube, vm.pod, vm.name, vm.namespace))
 
 
 def test_device_plugin_vm_and_dra_vm_run_on_same_node(kube, objects, namespace, profile):
@@ -50,8 +50,8 @@ def test_device_plugin_vm_and_dra_vm_run_on_same_node(kube, objects, namespace, 
     objects.create(_dp_vm("dp-vm", profile, with_node_selector(device.node)))
     objects.create(plain_claim("nvme", profile))
     objects.create(_dra_vm("dra-vm", profile, "nvme", with_node_selector(device.node)))
-    dp_vm = vms.running(kube, namespace, "dp-vm")
-    dra_vm = vms.running(kube, namespace, "dra-vm")
+    dp_vm = vms.running(kube, "dp-vm", namespace)
+    dra_vm = vms.running(kube, "dra-vm", namespace)
     assert dp_vm.node == dra_vm.node == device.node
     dp = set(_hostdev_addresses(kube, dp_vm).values())
     dra = set(_hostdev_addresses(kube, dra_vm).values())
@@ -62,11 +62,11 @@ def test_one_vm_with_device_plugin_and_dra_host_devices(kube, objects, namespace
     objects.create(plain_claim("nvme", profile))
     objects.create(vms.guest_vm(
         "vm", profile,
-        with_device_plugin_host_device("dp", profile.device_plugin_resource),
+        with_device(HOST_DEVICES, "dp", deviceName=profile.device_plugin_resource),
         with_claim_reference("nvme", "nvme"),
         vms.dra_device(profile, "nvme", "nvme", REQUEST),
     ))
-    vm = vms.running(kube, namespace, "vm")
+    vm = vms.running(kube, "vm", namespace)
     addresses = _hostdev_addresses(kube, vm)
     assert "dra-hostdevice-nvme" in addresses, addresses
     assert len(set(addresses.values())) == len(addresses) >= 2, addresses
@@ -75,9 +75,9 @@ def test_one_vm_with_device_plugin_and_dra_host_devices(kube, objects, namespace
 def test_dra_and_device_plugin_gpus_in_one_vmi_are_rejected(objects, profile):
     vm = vms.guest_vm(
         "vm", profile,
-        with_device_plugin_gpu("dp-gpu", profile.device_plugin_resource),
+        with_device(GPUS, "dp-gpu", deviceName=profile.device_plugin_resource),
         with_claim_reference("gpu", "gpu-claim"),
-        with_dra_gpu("dra-gpu", "gpu", REQUEST),
+        with_device(GPUS, "dra-gpu", claimName="gpu", requestName=REQUEST),
     )
     with pytest.raises(ApiException) as err:
         objects.create(vm)
@@ -91,14 +91,14 @@ def test_no_pci_address_is_assigned_twice_across_running_vms_of_the_run(
     objects.create(_dp_vm("dp-vm", profile))
     objects.create(plain_claim("nvme", profile))
     objects.create(_dra_vm("dra-vm", profile, "nvme"))
-    vms.running(kube, namespace, "dp-vm")
-    vms.running(kube, namespace, "dra-vm")
+    vms.running(kube, "dp-vm", namespace)
+    vms.running(kube, "dra-vm", namespace)
     holders: dict[tuple[str, str], list[str]] = defaultdict(list)
     for vmi in kube.list("VirtualMachineInstance", label_selector=f"{RUN_ID_LABEL}={run_id}"):
         if (vmi.get("status") or {}).get("phase") != "Running":
             continue
         ns, name = vmi["metadata"]["namespace"], vmi["metadata"]["name"]
-        vm = vms.running(kube, ns, name)
+        vm = vms.running(kube, name, ns)
         for address in _hostdev_addresses(kube, vm).values():
             holders[(vm.node, address)].append(f"{ns}/{name}")
     twice = {k: v for k, v in holders.items() if len(v) > 1}
@@ -117,10 +117,10 @@ def test_exhausting_device_plugin_pool_does_not_block_dra(kube, objects, namespa
     for i in range(capacity):
         objects.create(_dp_vm(f"dp-{i}", profile, with_node_selector(device.node)))
     for i in range(capacity):
-        vms.running(kube, namespace, f"dp-{i}")
+        vms.running(kube, f"dp-{i}", namespace)
     objects.create(plain_claim("nvme", profile))
     objects.create(_dra_vm("dra-vm", profile, "nvme", with_node_selector(device.node)))
-    vms.running(kube, namespace, "dra-vm")
+    vms.running(kube, "dra-vm", namespace)
 
 
 @markers.exclusive_devices
@@ -131,8 +131,8 @@ def test_exhausting_dra_pool_does_not_block_device_plugin(kube, objects, namespa
         objects.create(plain_claim(f"nvme-{i}", profile))
         objects.create(_dra_vm(f"dra-{i}", profile, f"nvme-{i}", with_node_selector(node)))
     for i, _ in enumerate(free):
-        vms.running(kube, namespace, f"dra-{i}")
+        vms.running(kube, f"dra-{i}", namespace)
     objects.create(_dp_vm("dp-vm", profile, with_node_selector(node)))
-    dp_vm = vms.running(kube, namespace, "dp-vm")
+    dp_vm = vms.running(kube, "dp-vm", namespace)
     env = compute_exec(kube, dp_vm.pod, ["env"])
     assert "PCI_RESOURCE_" in env

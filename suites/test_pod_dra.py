@@ -4,7 +4,9 @@ lifecycle, the real kubelet prepares through the driver and the runtime applies 
 
 from __future__ import annotations
 
-from fixtures import markers, waits
+from core import waits
+from core.timeouts import Timeout
+from fixtures import markers
 from fixtures.builders.pod import (
     EXIT_ON_TERM,
     new_pod,
@@ -19,7 +21,6 @@ from fixtures.builders.resourceclaimtemplate import new_resource_claim_template
 from fixtures.claims import REQUEST, pick_free_device, pinned_claim, plain_claim
 from fixtures.devices import PCI_BUS_ID, allocated_devices, claim_device_attributes
 from fixtures.launcher import METADATA_ROOT, first_metadata_object
-from fixtures.timeouts import Timeout
 from kubevirtci.capabilities import Capability
 
 pytestmark = [markers.pod_dra, markers.requires_pod_dra]
@@ -60,8 +61,8 @@ def test_template_claim_is_owned_by_its_pod_and_deleted_with_it(kube, objects, n
     assert claim["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"] == "dev"
     assert claim["metadata"]["ownerReferences"][0]["name"] == "p"
     kube.delete("Pod", "p", namespace)
-    waits.pod_is_gone(kube, "p", namespace)
-    waits.claim_is_gone(kube, generated, namespace)
+    waits.is_gone(kube, "Pod", "p", namespace)
+    waits.is_gone(kube, "ResourceClaim", generated, namespace)
 
 
 def test_precreated_claim_outlives_its_pod_and_is_deallocated_when_unreserved(
@@ -72,7 +73,7 @@ def test_precreated_claim_outlives_its_pod_and_is_deallocated_when_unreserved(
     waits.pod_is_running(kube, "p", namespace)
     waits.claim_is_allocated(kube, "c", namespace)
     kube.delete("Pod", "p", namespace)
-    waits.pod_is_gone(kube, "p", namespace)
+    waits.is_gone(kube, "Pod", "p", namespace)
     after = waits.claim_is_deallocated(kube, "c", namespace)
     assert after["metadata"]["uid"] == created["metadata"]["uid"], "the claim was re-created"
 
@@ -86,7 +87,7 @@ def test_pinned_claim_gets_the_same_device_back(kube, objects, namespace, profil
         got = allocated_devices(waits.claim_is_allocated(kube, "c", namespace))
         assert [(d.pool, d.device) for d in got] == [(device.pool, device.name)], attempt
         kube.delete("Pod", attempt, namespace)
-        waits.pod_is_gone(kube, attempt, namespace)
+        waits.is_gone(kube, "Pod", attempt, namespace)
         waits.claim_is_deallocated(kube, "c", namespace)
 
 
@@ -148,8 +149,8 @@ def test_prepared_device_is_bound_to_vfio_and_given_back_after_the_pod(
 
     assert bound_driver() == "vfio-pci"
     kube.delete("Pod", "p", namespace)
-    waits.pod_is_gone(kube, "p", namespace)
-    waits.until(lambda: bound_driver() != "vfio-pci", Timeout.DEVICE_RELEASED,
+    waits.is_gone(kube, "Pod", "p", namespace)
+    waits.poll(lambda: bound_driver() != "vfio-pci", Timeout.DEVICE_RELEASED,
                 f"{bdf} to leave vfio-pci after its pod")
     assert bound_driver() == "nvme", "the device must go back to its original driver"
 
@@ -165,7 +166,7 @@ def test_a_container_given_a_function_sees_it_in_sysfs_with_its_iommu_group(
     bdf = claim_device_attributes(kube, waits.claim_is_allocated(kube, "c", namespace))[0][
         PCI_BUS_ID]
     entry = f"/sys/bus/pci/devices/{bdf}"
-    out = kube.exec(namespace, "p", "ctr", ["sh", "-c",
+    out = kube.exec("p", namespace, "ctr", ["sh", "-c",
                     f"cat {entry}/vendor {entry}/device; basename $(readlink {entry}/iommu_group);"
                     " ls /dev/vfio"])
     vendor, device, group, *vfio = out.split()

@@ -16,14 +16,16 @@ from fixtures.builders.resourceclaim import (
     with_request_cel_selector,
 )
 from fixtures.builders.resourceclaimtemplate import new_resource_claim_template
-from fixtures.builders.virtualmachine import (
-    new_vm,
+from fixtures.builders.virtualmachine import new_vm, with_run_strategy
+from fixtures.builders.vmi import (
+    GPUS,
+    HOST_DEVICES,
+    new_vmi,
     with_claim_reference,
     with_claim_template,
-    with_device_plugin_host_device,
-    with_dra_gpu,
-    with_dra_host_device,
-    with_run_strategy,
+    with_device,
+    with_memory,
+    with_termination_grace_period,
 )
 
 
@@ -74,15 +76,20 @@ def test_standard_attribute_pinning_expression():
 
 def test_vm_with_dra_and_device_plugin_devices_matches_vep10():
     vm = new_vm(
-        "vm", with_run_strategy("Halted"),
-        with_claim_reference("nvme", "nvme-claim"),
-        with_claim_template("gpu", "gpu-template"),
-        with_dra_host_device("nvme", "nvme", "dev"),
-        with_dra_gpu("gpu1", "gpu", "gpu"),
-        with_device_plugin_host_device("dp", "devices.kubevirt.io/nvme"),
+        new_vmi(
+            "vm",
+            with_claim_reference("nvme", "nvme-claim"),
+            with_claim_template("gpu", "gpu-template"),
+            with_device(HOST_DEVICES, "nvme", claimName="nvme", requestName="dev"),
+            with_device(GPUS, "gpu1", claimName="gpu", requestName="gpu"),
+            with_device(HOST_DEVICES, "dp", deviceName="devices.kubevirt.io/nvme"),
+        ),
+        with_run_strategy("Halted"),
     )
     spec = vm["spec"]["template"]["spec"]
     assert vm["spec"]["runStrategy"] == "Halted"
+    assert vm["metadata"]["name"] == "vm"
+    assert vm["spec"]["template"]["metadata"]["labels"] == {"kubevirt.io/vm": "vm"}
     assert spec["resourceClaims"] == [
         {"name": "nvme", "resourceClaimName": "nvme-claim"},
         {"name": "gpu", "resourceClaimTemplateName": "gpu-template"},
@@ -94,6 +101,17 @@ def test_vm_with_dra_and_device_plugin_devices_matches_vep10():
     assert spec["domain"]["devices"]["gpus"] == [
         {"name": "gpu1", "claimName": "gpu", "requestName": "gpu"}]
     assert vm["apiVersion"] == "kubevirt.io/v1" and vm["kind"] == "VirtualMachine"
+
+
+def test_defaults_are_options_applied_first_so_callers_override_them():
+    vmi = new_vmi("vmi")
+    assert vmi["kind"] == "VirtualMachineInstance"
+    assert vmi["spec"]["domain"]["resources"] == {"requests": {"memory": "1Gi"}}
+    assert vmi["spec"]["terminationGracePeriodSeconds"] == 0
+    assert new_vm(vmi)["spec"]["runStrategy"] == "Always"
+    small = new_vmi("vmi", with_memory("128Mi"), with_termination_grace_period(30))
+    assert small["spec"]["domain"]["resources"] == {"requests": {"memory": "128Mi"}}
+    assert small["spec"]["terminationGracePeriodSeconds"] == 30
 
 
 def test_pod_claims_by_reference_and_template():
@@ -109,6 +127,6 @@ def test_pod_claims_by_reference_and_template():
 
 
 def test_builders_are_independent_instances():
-    first, second = new_vm("a"), new_vm("b")
-    with_dra_host_device("x", "c", "r")(first)
+    first, second = new_vm(new_vmi("a")), new_vm(new_vmi("b"))
+    with_device(HOST_DEVICES, "x", claimName="c", requestName="r")(first["spec"]["template"])
     assert "hostDevices" not in second["spec"]["template"]["spec"]["domain"]["devices"]

@@ -1,5 +1,5 @@
+from core.kube import RUN_ID_LABEL, labelled
 from fixtures.cleanup import ObjectRef, select_for_cleanup, stale_selector
-from fixtures.kube import RUN_ID_LABEL, labelled
 
 
 def obj(kind, name, run_id=None, namespace="ns"):

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.errors import SuiteUsageError
+from core.errors import SuiteUsageError
 from kubevirtci.kubevirtci_provider import (
     KubevirtciProvider,
     KubevirtciSettings,

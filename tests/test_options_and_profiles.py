@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import SuiteUsageError
+from core.profile import load, parse
 from fixtures import options
-from fixtures.errors import SuiteUsageError
-from fixtures.profile import load, parse
 
 
 class FakeConfig:

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from fixtures.errors import SuiteUsageError
+from core.errors import SuiteUsageError
 from kubevirtci.local.cluster import LocalCluster, build_driver_archive
 from kubevirtci.runner import CommandFailed
 

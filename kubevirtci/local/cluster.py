@@ -10,13 +10,14 @@ import hashlib
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import filelock
 
-from fixtures.errors import SuiteUsageError
-from fixtures.timeouts import Timeout
+from core.errors import SuiteUsageError
+from core.timeouts import Timeout
 from kubevirtci.local import components, images, network
 from kubevirtci.local.controlplane import ControlPlane
 from kubevirtci.local.layout import ClusterConfig, Layout, port_in_use
@@ -24,10 +25,10 @@ from kubevirtci.local.node_config import PAUSE_IMAGE, NodeCredentials, write_nod
 from kubevirtci.local.node_init import remove_cgroup
 from kubevirtci.local.nodes import CGROUP_PARENT, HermeticNode
 from kubevirtci.local.pki import CertificateAuthority
-from kubevirtci.local.processes import ProcessSpec, Supervisor, wait_until
+from kubevirtci.local.processes import ProcessSpec, Supervisor
 
 if TYPE_CHECKING:
-    from fixtures.kube import Kube
+    from core.kube import Kube
 
 DRIVER_IMAGE = "localhost/kdc/nvme-dra-driver:dev"  # as driver/deploy names it
 BUSYBOX_IMAGE = "localhost/kdc/busybox:dev"
@@ -168,17 +169,12 @@ class LocalCluster:
         self._await(f"emulated-nvme-{node.name}", (emulation / "dev" / "vfio").is_dir,
                     f"the EMULATED NVMe controllers of {node.name}")
 
-    def _await(self, name: str, condition, what: str) -> None:
-        if not wait_until(condition, Timeout.CLUSTER_READY.seconds):
-            raise RuntimeError(
-                f"{Timeout.CLUSTER_READY.name}: {what} not ready after "
-                f"{Timeout.CLUSTER_READY.seconds:.0f}s. Last log lines of {name}:\n"
-                f"{self.supervisor.tail(name)}\nFix: see {self.supervisor.log_file(name)}"
-            )
+    def _await(self, name: str, condition: Callable[[], bool], what: str) -> None:
+        self.supervisor.await_ready(name, condition, Timeout.COMPONENT_READY, what)
 
     def kube(self) -> Kube:
         """An API client for the cluster's own work (not a test run's)."""
-        from fixtures.kube import Kube, load_api_client
+        from core.kube import Kube, load_api_client
 
         return Kube(load_api_client(self.layout.admin_kubeconfig, None), "cluster")
 

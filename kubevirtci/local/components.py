@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from fixtures.errors import SuiteUsageError
+from core.errors import SuiteUsageError
 from kubevirtci.runner import CommandRunner, StreamingRunner, check
 
 BUILD_DIR = Path(__file__).resolve().parent / "build"

@@ -9,12 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fixtures.timeouts import Timeout
+from core.timeouts import Timeout
 from kubevirtci.local.layout import Layout
 from kubevirtci.local.network import NodeAddress, netns_path
 from kubevirtci.local.node_config import CONTAINERD_SOCKET, kubelet_args
 from kubevirtci.local.node_init import remove_cgroup
-from kubevirtci.local.processes import ProcessSpec, Supervisor, wait_until
+from kubevirtci.local.processes import ProcessSpec, Supervisor
 from kubevirtci.provider import Node, NodeCommandFailed
 
 NODE_INIT = Path(__file__).resolve().parent / "node_init.py"
@@ -55,10 +55,8 @@ class HermeticNode(Node):
             f"--node-dir={self.layout.node(self.name)}",
             f"--emulation={self.layout.emulation(self.name)}",
         ]))
-        if not wait_until(lambda: ready.exists() or self.supervisor.pid(self.name) is None,
-                          Timeout.CLUSTER_READY.seconds) or not ready.exists():
-            raise RuntimeError(f"node {self.name} did not boot:\n"
-                               f"{self.supervisor.tail(self.name)}")
+        self.supervisor.await_ready(self.name, ready.exists, Timeout.NODE_BOOT,
+                           f"node {self.name} to boot")
 
     def enter(self) -> list[str]:
         pid = self.init_pid()
@@ -84,9 +82,8 @@ class HermeticNode(Node):
     def start_services(self) -> None:
         self.supervisor.start(ProcessSpec(self.service("containerd"), [
             *self.enter(), "containerd", "--config=/etc/containerd/config.toml"], NODE_ENV))
-        if not wait_until(lambda: self._has_containerd_socket(), Timeout.CLUSTER_READY.seconds):
-            raise RuntimeError(f"containerd of {self.name} did not start:\n"
-                               f"{self.supervisor.tail(self.service('containerd'))}")
+        self.supervisor.await_ready(self.service("containerd"), self._has_containerd_socket,
+                           Timeout.NODE_SERVICE_READY, f"containerd of {self.name}")
 
     def start_kubernetes(self) -> None:
         self.supervisor.start(ProcessSpec(

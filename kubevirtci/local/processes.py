@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
+from core.timeouts import Timeout, WaitFailed, WaitTimeout
+from core.waits import Stop, Verdict, poll
 
 
 @dataclass(frozen=True)
@@ -56,11 +57,26 @@ class Supervisor:
     def names(self) -> list[str]:
         return sorted(p.stem for p in self.pid_dir.glob("*.pid"))
 
-    def stop(self, name: str, grace: float = 10.0) -> None:
+    def stop(self, name: str) -> None:
         pid = self.pid(name)
         if pid:
-            _terminate(pid, grace)
+            _terminate(pid)
         self.pid_file(name).unlink(missing_ok=True)
+
+    def await_ready(self, name: str, ready: Callable[[], bool], timeout: Timeout,
+                    what: str) -> None:
+        """Wait until ``ready()``; end at once when process ``name`` exits. A failure
+        says why with the process's last log lines."""
+        def settled() -> Verdict:
+            if ready():
+                return True
+            return Stop(f"{name} exited") if self.pid(name) is None else False
+
+        try:
+            poll(settled, timeout, what)
+        except (WaitTimeout, WaitFailed) as err:
+            raise RuntimeError(f"{err}. Last log lines of {name}:\n{self.tail(name)}\n"
+                               f"Fix: see {self.log_file(name)}") from err
 
     def tail(self, name: str, lines: int = 20) -> str:
         try:
@@ -83,27 +99,19 @@ def _alive(pid: int) -> bool:
     return status != "Z"
 
 
-def _terminate(pid: int, grace: float) -> None:
+def _terminate(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
-    if not wait_until(lambda: not _alive(pid), grace):
+    try:
+        poll(lambda: not _alive(pid), Timeout.PROCESS_EXIT, f"process {pid} to exit")
+    except WaitTimeout:
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             return
-        wait_until(lambda: not _alive(pid), 5)
+        with contextlib.suppress(WaitTimeout):
+            poll(lambda: not _alive(pid), Timeout.PROCESS_KILLED, f"process {pid} to go")
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
-    """Poll ``condition`` with backoff until it holds or ``timeout`` seconds pass."""
-    retrying = Retrying(
-        stop=stop_after_delay(timeout),
-        wait=wait_exponential(multiplier=0.05, max=1),
-        retry=retry_if_result(lambda ok: not ok),
-        retry_error_callback=lambda state: False,
-    )
-    return bool(retrying(condition))

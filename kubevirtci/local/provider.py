@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fixtures.errors import SuiteUsageError
+from core.errors import SuiteUsageError
 from kubevirtci.capabilities import Capabilities, Capability
 from kubevirtci.local.cluster import LocalCluster
 from kubevirtci.provider import Node, Provider

@@ -1,0 +1,265 @@
+"""Waits with named timeouts that end as soon as the outcome is known.
+
+A condition answers ``True`` (done), ``False`` (not yet) or ``Stop(reason)``: a state
+the object will not leave by itself (a VMI that went ``Failed``, a container in
+``CrashLoopBackOff``), which ends the wait at once with the reason and the last state,
+as KubeVirt's libwait and the Kubernetes e2e framework do.
+
+``wait_for`` follows one object: it lists it once, tests the condition, then watches from
+that resource version, reopening a dropped watch until the timeout runs out. ``poll`` is
+the one helper for the rare things no watch can follow (node files, logs, sockets).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
+
+from core.kube import Kube
+from core.timeouts import Timeout, WaitFailed, WaitTimeout
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A terminal state: waiting longer cannot help."""
+
+    reason: str
+
+
+Verdict = bool | Stop
+Obj = dict[str, Any] | None
+Condition = Callable[[Obj], Verdict]
+
+
+def wait_for(kube: Kube, kind: str, name: str, namespace: str | None, condition: Condition,
+             timeout: Timeout, what: str) -> Obj:
+    """Wait until ``condition(obj)`` holds (``obj`` is None while the object is absent)."""
+    deadline = time.monotonic() + timeout.seconds
+    field_selector = f"metadata.name={name}"
+    ref = f"{kind} {namespace + '/' if namespace else ''}{name}"
+    last: Obj = None
+
+    def settled(obj: Obj) -> bool:
+        verdict = condition(obj)
+        if isinstance(verdict, Stop):
+            raise WaitFailed(f"{what} cannot happen: {verdict.reason} ({ref}); last state: "
+                             f"{summary(obj)}")
+        return verdict
+
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise WaitTimeout(f"{timeout.name} ({timeout.seconds:.0f}s) ran out waiting for "
+                              f"{what} ({ref}); last state: {summary(last)}")
+        try:
+            items, version = kube.list_with_version(kind, namespace, field_selector)
+            last = items[0] if items else None
+            if settled(last):
+                return last
+            for event in kube.watch_stream(kind, namespace, field_selector, version,
+                                           max(1, int(remaining))):
+                last = None if event["type"] == "DELETED" else event["object"]
+                if settled(last):
+                    return last
+        except (HTTPError, ApiException):
+            # A dropped watch or a failed list: reopen after a pause, never in a tight loop.
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+
+def poll(condition: Callable[[], Verdict], timeout: Timeout, what: str) -> None:
+    """Test ``condition`` with backoff (0.1 s doubling to 3 s) until it holds."""
+    deadline = time.monotonic() + timeout.seconds
+    delay = 0.1
+    while True:
+        verdict = condition()
+        if isinstance(verdict, Stop):
+            raise WaitFailed(f"{what} cannot happen: {verdict.reason}")
+        if verdict:
+            return
+        if time.monotonic() + delay > deadline:
+            raise WaitTimeout(
+                f"{timeout.name} ({timeout.seconds:.0f}s) ran out waiting for {what}")
+        time.sleep(delay)
+        delay = min(delay * 2, 3.0)
+
+
+def summary(obj: Obj) -> str:
+    if obj is None:
+        return "absent"
+    status = obj.get("status") or {}
+    keep = {k: status[k] for k in ("phase", "reason", "message", "conditions",
+                                   "printableStatus", "containerStatuses") if k in status}
+    return str(keep or status)[:1200]
+
+
+# --- conditions ---------------------------------------------------------------------
+
+# Container states a pod does not leave by itself: the kubelet only retries with backoff.
+FATAL_WAITING_REASONS = frozenset({
+    "CrashLoopBackOff", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+})
+# KubeVirt's printableStatus values for a VM whose launcher cannot run.
+FATAL_VM_STATUSES = frozenset({
+    "CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "ErrorPvcNotFound",
+    "DataVolumeError",
+})
+
+
+def is_absent(obj: Obj) -> bool:
+    return obj is None
+
+
+def has_condition(obj: Obj, cond_type: str, status: str = "True") -> bool:
+    if obj is None:
+        return False
+    return any(
+        c.get("type") == cond_type and c.get("status") == status
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
+
+
+def container_failure(pod: dict[str, Any]) -> str | None:
+    """Why a pod's container cannot run, when the kubelet says so; None otherwise."""
+    status = pod.get("status") or {}
+    for cs in [*(status.get("initContainerStatuses") or []),
+               *(status.get("containerStatuses") or [])]:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in FATAL_WAITING_REASONS:
+            return (f"container {cs['name']} is in {waiting['reason']}: "
+                    f"{waiting.get('message', '')}".rstrip(": "))
+    return None
+
+
+def pod_running(obj: Obj) -> Verdict:
+    if obj is None:
+        return False
+    status = obj.get("status") or {}
+    phase = status.get("phase")
+    if phase == "Running":
+        return True
+    if phase in ("Failed", "Succeeded"):
+        return Stop(f"pod {phase} ({status.get('reason', '')} {status.get('message', '')})")
+    failure = container_failure(obj)
+    return Stop(failure) if failure else False
+
+
+def pod_ready(obj: Obj) -> Verdict:
+    running = pod_running(obj)
+    return has_condition(obj, "Ready") if running is True else running
+
+
+def claim_allocated(obj: Obj) -> bool:
+    return obj is not None and bool((obj.get("status") or {}).get("allocation"))
+
+
+def claim_deallocated(obj: Obj) -> bool:
+    status = (obj or {}).get("status") or {}
+    return obj is not None and not status.get("allocation") and not status.get("reservedFor")
+
+
+def vmi_failure(obj: Obj) -> Stop | None:
+    """A VMI that ended: ``Failed`` (or ``Succeeded`` while it should run) is final."""
+    status = (obj or {}).get("status") or {}
+    phase = status.get("phase")
+    if phase not in ("Failed", "Succeeded"):
+        return None
+    messages = "; ".join(f"{c.get('type')}: {c.get('message') or c.get('reason')}"
+                         for c in status.get("conditions") or [] if c.get("status") == "False")
+    return Stop(f"VMI {phase}" + (f" ({messages})" if messages else ""))
+
+
+def vmi_running(obj: Obj) -> Verdict:
+    if obj is not None and (obj.get("status") or {}).get("phase") == "Running":
+        return True
+    return vmi_failure(obj) or False
+
+
+def vmi_restarted(old_uid: str) -> Condition:
+    """A VMI other than ``old_uid`` that runs."""
+    return lambda obj: (obj is not None and obj["metadata"]["uid"] != old_uid
+                        and vmi_running(obj))
+
+
+def vmi_unschedulable(obj: Obj) -> Verdict:
+    """The VMI reports that its launcher pod cannot be scheduled."""
+    return has_condition(obj, "PodScheduled", "False") or vmi_failure(obj) or False
+
+
+def vm_ready(obj: Obj) -> Verdict:
+    status = (obj or {}).get("status") or {}
+    if status.get("ready"):
+        return True
+    printable = status.get("printableStatus")
+    return Stop(f"VM is {printable}") if printable in FATAL_VM_STATUSES else False
+
+
+def vm_stopped(obj: Obj) -> bool:
+    return obj is not None and (obj.get("status") or {}).get("printableStatus") == "Stopped"
+
+
+# --- shorthands used by the suites -----------------------------------------------------
+
+
+def wait_present(kube: Kube, kind: str, name: str, namespace: str, condition: Condition,
+                 timeout: Timeout, what: str) -> dict[str, Any]:
+    """``wait_for`` a condition only an existing object can meet; returns the object."""
+    obj = wait_for(kube, kind, name, namespace, condition, timeout, what)
+    assert obj is not None
+    return obj
+
+
+def pod_is_running(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
+    return wait_present(kube, "Pod", name, namespace, pod_running, Timeout.POD_RUNNING,
+                        "pod Running")
+
+
+def claim_is_allocated(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
+    return wait_present(kube, "ResourceClaim", name, namespace, claim_allocated,
+                        Timeout.CLAIM_ALLOCATED, "claim allocation")
+
+
+def claim_is_deallocated(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
+    return wait_present(kube, "ResourceClaim", name, namespace, claim_deallocated,
+                        Timeout.CLAIM_DEALLOCATED,
+                        "claim deallocation (no allocation, no reservation)")
+
+
+def vm_is_ready(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
+    return wait_present(kube, "VirtualMachine", name, namespace, vm_ready, Timeout.VM_START,
+                        "VM ready")
+
+
+def vm_is_stopped(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
+    return wait_present(kube, "VirtualMachine", name, namespace, vm_stopped,
+                        Timeout.VM_STOP, "VM Stopped")
+
+
+def vmi_is_running(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
+    return wait_present(kube, "VirtualMachineInstance", name, namespace, vmi_running,
+                        Timeout.VMI_RUNNING, "VMI Running")
+
+
+# How long each kind may take to go once deleted (finalizers, graceful pod shutdown).
+DELETION_TIMEOUTS = {
+    "Pod": Timeout.POD_DELETED,
+    "ResourceClaim": Timeout.CLAIM_DELETED,
+    "VirtualMachine": Timeout.VM_DELETED,
+    "VirtualMachineInstance": Timeout.VMI_DELETED,
+}
+
+
+def is_gone(kube: Kube, kind: str, name: str, namespace: str) -> None:
+    """Wait until a deleted object is gone, with its kind's named timeout."""
+    wait_for(kube, kind, name, namespace, is_absent, DELETION_TIMEOUTS[kind], f"{kind} deletion")
+
+
+def wait_for_log(kube: Kube, pod: str, namespace: str, marker: str) -> str:
+    """The pod's log once it contains ``marker`` (container output is asynchronous)."""
+    poll(lambda: marker in kube.logs(pod, namespace), Timeout.POD_LOG_LINE,
+         f"pod {namespace}/{pod} to print {marker!r}")
+    return kube.logs(pod, namespace)

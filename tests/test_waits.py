@@ -1,0 +1,124 @@
+"""Waits end as soon as the outcome is known: done, or a state that will not change."""
+
+import time
+
+import pytest
+
+from core import waits
+from core.timeouts import Timeout, WaitFailed, WaitTimeout
+from fixtures.cleanup import CreatedObjects
+from kubevirtci.installers import pods_ready_on_every_node
+
+
+class WatchedObject:
+    """A fake API: list returns the first state, the watch streams the rest."""
+
+    def __init__(self, *states):
+        self.states = list(states)
+        self.lists = 0
+
+    def list_with_version(self, kind, namespace, field_selector):
+        self.lists += 1
+        first = self.states[0]
+        return ([first] if first is not None else []), "1"
+
+    def watch_stream(self, kind, namespace, field_selector, version, timeout_seconds):
+        for state in self.states[1:]:
+            yield ({"type": "DELETED", "object": {}} if state is None
+                   else {"type": "MODIFIED", "object": state})
+
+
+def vmi(phase, **status):
+    return {"metadata": {"name": "vm", "uid": "u1"}, "status": {"phase": phase, **status}}
+
+
+def pod(phase, waiting=None):
+    statuses = [{"name": "ctr", "state": {"waiting": {"reason": waiting, "message": "boom"}}}] \
+        if waiting else []
+    return {"metadata": {"name": "p"}, "spec": {"nodeName": "node01"},
+            "status": {"phase": phase, "containerStatuses": statuses}}
+
+
+def test_a_vmi_that_turns_failed_ends_the_wait_at_once_with_its_reason():
+    failed = vmi("Failed", conditions=[{"type": "Ready", "status": "False",
+                                        "message": "launcher exited: no such device"}])
+    api = WatchedObject(vmi("Scheduling"), vmi("Scheduled"), failed)
+    start = time.monotonic()
+    with pytest.raises(WaitFailed, match=r"VMI Failed.*launcher exited: no such device"):
+        waits.vmi_is_running(api, "vm", "ns")
+    assert time.monotonic() - start < 1 and api.lists == 1
+
+
+@pytest.mark.parametrize(("state", "reason"), [
+    (pod("Failed"), "pod Failed"),
+    (pod("Succeeded"), "pod Succeeded"),
+    (pod("Pending", "CrashLoopBackOff"), "container ctr is in CrashLoopBackOff: boom"),
+    (pod("Pending", "ImagePullBackOff"), "ImagePullBackOff"),
+])
+def test_a_terminal_pod_state_ends_a_pod_wait(state, reason):
+    api = WatchedObject(pod("Pending"), state)
+    with pytest.raises(WaitFailed, match=reason):
+        waits.pod_is_running(api, "p", "ns")
+
+
+def test_a_wait_that_is_met_returns_the_object_and_one_that_is_not_names_its_timeout(
+        monkeypatch):
+    assert waits.pod_is_running(WatchedObject(pod("Pending"), pod("Running")), "p", "ns")
+    monkeypatch.setenv("KDC_TIMEOUT_SCALE", "0.01")
+    with pytest.raises(WaitTimeout, match=r"POD_RUNNING \(2s\).*last state: .*Pending"):
+        waits.pod_is_running(WatchedObject(pod("Pending")), "p", "ns")
+
+
+def test_vm_that_cannot_start_and_a_restart_condition():
+    assert isinstance(waits.vm_ready({"status": {"printableStatus": "CrashLoopBackOff"}}),
+                      waits.Stop)
+    assert waits.vm_ready({"status": {"printableStatus": "Starting"}}) is False
+    restarted = waits.vmi_restarted("u1")
+    assert restarted(vmi("Running")) is False  # the old VMI still runs
+    assert restarted({**vmi("Running"), "metadata": {"uid": "u2"}}) is True
+
+
+def test_poll_ends_on_stop_and_names_its_timeout(monkeypatch):
+    with pytest.raises(WaitFailed, match="the thing cannot happen: gone"):
+        waits.poll(lambda: waits.Stop("gone"), Timeout.POD_LOG_LINE, "the thing")
+    monkeypatch.setenv("KDC_TIMEOUT_SCALE", "0.001")
+    with pytest.raises(WaitTimeout, match="POD_LOG_LINE"):
+        waits.poll(lambda: False, Timeout.POD_LOG_LINE, "the thing")
+
+
+def test_a_crash_looping_driver_pod_is_not_a_rollout():
+    ready = {**pod("Running"), "status": {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "True"}]}}
+    assert pods_ready_on_every_node([ready], 1) is True
+    assert pods_ready_on_every_node([ready], 2) is False
+    verdict = pods_ready_on_every_node([ready, pod("Running", "CrashLoopBackOff")], 2)
+    assert isinstance(verdict, waits.Stop) and "CrashLoopBackOff" in verdict.reason
+
+
+class SlowDeletes:
+    """Objects stay visible for a few reads after their delete, as finalizers keep them."""
+
+    def __init__(self, reads_until_gone):
+        self.deleted = []
+        self.reads = dict.fromkeys(("Pod", "ResourceClaim"), reads_until_gone)
+
+    def create(self, manifest):
+        return {**manifest, "metadata": {**manifest["metadata"], "namespace": "ns"}}
+
+    def delete(self, kind, name, namespace):
+        self.deleted.append(kind)
+        return True
+
+    def find(self, kind, name, namespace):
+        self.reads[kind] -= 1
+        return {} if self.reads[kind] > 0 else None
+
+
+def test_deletes_wait_until_gone_before_the_lease_can_be_released():
+    kube = SlowDeletes(reads_until_gone=3)
+    objects = CreatedObjects(kube, "ns")
+    objects.create({"kind": "ResourceClaim", "metadata": {"name": "c"}})
+    objects.create({"kind": "Pod", "metadata": {"name": "p"}})
+    assert objects.delete_all() == []
+    assert kube.deleted == ["Pod", "ResourceClaim"]  # consumers first
+    assert all(n <= 0 for n in kube.reads.values()), "returned before the objects were gone"
