@@ -96,11 +96,11 @@ def test_a_crash_looping_driver_pod_is_not_a_rollout():
 
 
 class SlowDeletes:
-    """Objects stay visible for a few reads after their delete, as finalizers keep them."""
+    """Deleted objects stay until their finalizers run; the watch reports when they go."""
 
-    def __init__(self, reads_until_gone):
+    def __init__(self):
         self.deleted = []
-        self.reads = dict.fromkeys(("Pod", "ResourceClaim"), reads_until_gone)
+        self.gone = []
 
     def create(self, manifest):
         return {**manifest, "metadata": {**manifest["metadata"], "namespace": "ns"}}
@@ -109,16 +109,20 @@ class SlowDeletes:
         self.deleted.append(kind)
         return True
 
-    def find(self, kind, name, namespace):
-        self.reads[kind] -= 1
-        return {} if self.reads[kind] > 0 else None
+    def list_with_version(self, kind, namespace, field_selector):
+        return [{"kind": kind, "metadata": {"name": field_selector}}], "7"
+
+    def watch_stream(self, kind, namespace, field_selector, version, timeout_seconds):
+        yield {"type": "MODIFIED", "object": {"metadata": {"finalizers": ["x"]}}}
+        self.gone.append(kind)
+        yield {"type": "DELETED", "object": {}}
 
 
 def test_deletes_wait_until_gone_before_the_lease_can_be_released():
-    kube = SlowDeletes(reads_until_gone=3)
+    kube = SlowDeletes()
     objects = CreatedObjects(kube, "ns")
     objects.create({"kind": "ResourceClaim", "metadata": {"name": "c"}})
     objects.create({"kind": "Pod", "metadata": {"name": "p"}})
     assert objects.delete_all() == []
     assert kube.deleted == ["Pod", "ResourceClaim"]  # consumers first
-    assert all(n <= 0 for n in kube.reads.values()), "returned before the objects were gone"
+    assert kube.gone == ["Pod", "ResourceClaim"], "returned before the objects were gone"
