@@ -32,6 +32,9 @@ class Timeout(Enum):
     GUEST_COMMAND = ("a guest command completes", 60)
     CONSOLE_TAIL = ("reading the console for diagnostics", 5)
     # Installation
+    CRD_ESTABLISHED = ("a CustomResourceDefinition is established", 60)
+    KUBEVIRT_OPERATOR_READY = ("virt-operator is available", 180)
+    KUBEVIRT_COMPONENT = ("virt-api or virt-controller is available", 300)
     KUBEVIRT_AVAILABLE = ("KubeVirt reports Available", 900)
     KUBEVIRT_CONFIG = ("virt-api applies a KubeVirt configuration change", 120)
     DRIVER_READY = ("the driver DaemonSet is ready on every node", 300)

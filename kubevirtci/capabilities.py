@@ -16,7 +16,8 @@ SKIP_CAUSES = "skip_causes"
 class Capability(StrEnum):
     DRA_API = "dra-api"  # resource.k8s.io/v1 served
     DRA_DRIVER = "dra-driver"  # the profile's driver publishes ResourceSlices
-    KUBEVIRT = "kubevirt"  # KubeVirt installed and Available
+    KUBEVIRT = "kubevirt"  # KubeVirt's API and admission served (virt-api available)
+    RUNNING_VMS = "running-vms"  # VMs run: KubeVirt Deployed, its node agents ready
     KUBEVIRT_DRA_GATES = "kubevirt-dra-gates"  # HostDevices + HostDevicesWithDRA + GPUsWithDRA
     LAUNCHER_METADATA = "launcher-metadata"  # KubeVirt >= 1.8 reads KEP-5304 metadata files
     KUBEVIRT_DEVICE_STATUS = "kubevirt-device-status"  # KubeVirt 1.6/1.7 deviceStatus

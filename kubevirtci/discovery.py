@@ -30,6 +30,7 @@ class ClusterFacts:
     kubevirt_namespace: str | None = None
     kubevirt_phase: str | None = None
     kubevirt_gates: list[str] = field(default_factory=list)
+    kubevirt_api_ready: bool = False  # virt-api serves (admission, subresources)
     drivers: dict[str, int] = field(default_factory=dict)  # driver -> device count
     devices_per_node: dict[str, dict[str, int]] = field(default_factory=dict)
     device_plugin_resources: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -100,6 +101,10 @@ def discover(api: ApiReader) -> ClusterFacts:
                 "operatorVersion"
             )
             facts.kubevirt_gates = effective_gates(cr, facts.kubevirt_version)
+            virt_api = api.get(f"/apis/apps/v1/namespaces/{facts.kubevirt_namespace}"
+                               "/deployments/virt-api") or {}
+            facts.kubevirt_api_ready = bool(
+                (virt_api.get("status") or {}).get("availableReplicas"))
     return facts
 
 
@@ -147,6 +152,7 @@ def capabilities_from(
 def _kubevirt_capabilities(facts: ClusterFacts, caps: Capabilities) -> None:
     kubevirt_dependent = (
         Capability.KUBEVIRT,
+        Capability.RUNNING_VMS,
         Capability.KUBEVIRT_DRA_GATES,
         Capability.LAUNCHER_METADATA,
         Capability.KUBEVIRT_DEVICE_STATUS,
@@ -156,11 +162,18 @@ def _kubevirt_capabilities(facts: ClusterFacts, caps: Capabilities) -> None:
         for cap in kubevirt_dependent:
             caps.deny(cap, "KubeVirt is not installed on this cluster")
         return
-    if facts.kubevirt_phase != "Deployed":
+    deployed = facts.kubevirt_phase == "Deployed"
+    if not deployed and not facts.kubevirt_api_ready:
         for cap in kubevirt_dependent:
             caps.deny(cap, f"KubeVirt {facts.kubevirt_version} is {facts.kubevirt_phase}")
         return
     caps.grant(Capability.KUBEVIRT)
+    if deployed:
+        caps.grant(Capability.RUNNING_VMS)
+    else:  # virt-api serves, but the CR waits for the rest (virt-handler on every node)
+        caps.deny(Capability.RUNNING_VMS,
+                  f"KubeVirt {facts.kubevirt_version} is {facts.kubevirt_phase}: its node "
+                  "agents (virt-handler) are not ready")
     missing = [g for g in DRA_GATES if g not in facts.kubevirt_gates]
     if missing:
         caps.deny(

@@ -70,6 +70,17 @@ class Provider(ABC):
     def load_images(self, images: list[str]) -> None:
         """Make locally built images available to the cluster's nodes."""
 
+    def kubevirt_operator_manifest(self, version: str) -> list[dict[str, Any]]:
+        """KubeVirt's operator manifest for ``version``: its release's, as users apply it."""
+        from kubevirtci.kubevirt_install import release_operator_manifest
+
+        return release_operator_manifest(version)
+
+    def kubevirt_configuration(self, version: str) -> dict[str, Any]:
+        """``spec.configuration`` the KubeVirt CR needs on this provider's cluster (the
+        installer adds the DRA gates and the NVMe device-plugin path)."""
+        return {}
+
     def prepare_device_plugin_devices(self, nodes: list[str]) -> None:
         """Set devices aside for the device-plugin path (where the provider has them)."""
         return

@@ -33,10 +33,13 @@ BROKEN_RULES = {
          with_device(HOST_DEVICES, "d", claimName="c", requestName=REQUEST)),
         "resourceclaims",
     ),
+    # KubeVirt names the list that lacks the claim, not the device that uses it:
+    # "vmi.spec.resourceClaims must specify all claims used in ..." on <root>.resourceClaims
+    # (pkg/dra/admitter/dra_admitter.go, validateCreationDRA).
     "claim-name-not-in-resource-claims": (
         (with_claim_reference("c", "c"),
          with_device(HOST_DEVICES, "d", claimName="missing", requestName=REQUEST)),
-        "claimname",
+        "resourceclaims",
     ),
     "request-name-missing": (
         (with_claim_reference("c", "c"),
@@ -95,6 +98,10 @@ def test_claim_on_missing_device_class_leaves_vmi_pending_with_reason(
     _assert_nothing_leaks(kube, namespace, "c")
 
 
+# The scheduler filters a launcher pod by node first: only nodes that virt-handler marked
+# kubevirt.io/schedulable are considered, and only on those is the device selector
+# evaluated (a missing DeviceClass fails earlier, in PreFilter, on any cluster).
+@markers.requires_running_vms
 def test_unsatisfiable_selector_leaves_vmi_pending_with_reason(
     kube, objects, namespace, profile
 ):
@@ -109,6 +116,7 @@ def test_unsatisfiable_selector_leaves_vmi_pending_with_reason(
     _assert_nothing_leaks(kube, namespace, "c")
 
 
+@markers.requires_running_vms
 def test_deleting_a_claim_in_use_does_not_take_the_device_from_a_running_vm(
     kube, objects, namespace, profile
 ):

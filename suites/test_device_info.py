@@ -18,7 +18,7 @@ from fixtures.launcher import (
 )
 from kubevirtci.capabilities import Capability
 
-pytestmark = [markers.device_info, markers.requires_kubevirt_dra]
+pytestmark = [markers.device_info, markers.requires_running_vms]
 
 
 def _dra_vm(objects, profile):

@@ -22,7 +22,7 @@ from kubevirtci.capabilities import Capability
 
 pytestmark = [
     markers.mixed,
-    markers.requires_kubevirt_dra,
+    markers.requires_running_vms,
     markers.requires(Capability.DEVICE_PLUGIN_NVME),
 ]
 

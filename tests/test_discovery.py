@@ -57,3 +57,32 @@ def test_old_cluster_without_resource_v1_and_kubevirt_1_7(recorded):
     assert caps.has(Capability.KUBEVIRT_DEVICE_STATUS)
     assert caps.has(Capability.PERSISTENT_DRA_CLAIMS)
     assert "predates KEP-5304" in caps.reason_missing(Capability.LAUNCHER_METADATA)
+
+
+class Overlay:
+    """A recorded cluster with some paths answered differently."""
+
+    def __init__(self, base, **paths):
+        self.base, self.paths = base, paths
+
+    def get(self, path):
+        return self.paths[path] if path in self.paths else self.base.get(path)
+
+
+def test_kubevirt_serving_its_api_without_node_agents_runs_admission_but_no_vm(recorded):
+    base = recorded("cluster_kubevirt_1_9")
+    deploying = {"items": [{
+        "metadata": {"name": "kubevirt", "namespace": "kubevirt"},
+        "spec": {"configuration": {"developerConfiguration": {"featureGates": ["HostDevices"]}}},
+        "status": {"phase": "Deploying", "operatorVersion": "v1.9.0"}}]}
+    api = Overlay(base, **{
+        "/apis/kubevirt.io/v1/kubevirts": deploying,
+        "/apis/apps/v1/namespaces/kubevirt/deployments/virt-api":
+            {"status": {"availableReplicas": 1}},
+    })
+    caps = capabilities_from(discover(api), DRIVER, DP)
+    assert caps.has(Capability.KUBEVIRT) and caps.has(Capability.KUBEVIRT_DRA_GATES)
+    assert "virt-handler" in caps.reason_missing(Capability.RUNNING_VMS)
+    api.paths["/apis/apps/v1/namespaces/kubevirt/deployments/virt-api"] = {"status": {}}
+    caps = capabilities_from(discover(api), DRIVER, DP)
+    assert "is Deploying" in caps.reason_missing(Capability.KUBEVIRT)

@@ -1,4 +1,5 @@
-from kubevirtci.installers import daemonset_rolled_out, kubevirt_cr_patch
+from kubevirtci.installers import daemonset_rolled_out
+from kubevirtci.kubevirt_install import kubevirt_cr_patch
 
 
 def test_patch_adds_dra_gates_and_the_nvme_device_plugin_path_keeping_existing_config():

@@ -58,12 +58,25 @@ def test_node_root_holds_standard_paths_and_no_host_state(tmp_path):
 
 
 def test_local_provider_declares_what_it_emulates_and_lacks(tmp_path):
-    provider = LocalProvider(tmp_path)
+    provider = LocalProvider(tmp_path, kubevirt_version="v1.9.0")
     caps = provider.declared_capabilities()
     assert caps.has(Capability.NODE_ACCESS) and caps.has(Capability.DRIVER_PLUGIN_SOCKET)
     assert "emulated" in caps.reason_missing(Capability.VFIO)
-    assert "cannot run KubeVirt" in caps.reason_missing(Capability.KUBEVIRT)
+    assert "node agents" in caps.reason_missing(Capability.RUNNING_VMS)
+    assert Capability.KUBEVIRT not in caps.missing  # discovered from the cluster
     assert any("EMULATED" in note for note in provider.emulated)
+    assert any("TCG" in note for note in provider.emulated)
+    assert any("STAND-IN" in note for note in provider.emulated)
+    config = provider.kubevirt_configuration("v1.9.0")
+    assert config["developerConfiguration"]["useEmulation"] is True
+    assert config["virtTemplateDeployment"] == {"enabled": False}
+
+
+def test_local_provider_without_kubevirt_says_how_to_get_it(tmp_path):
+    provider = LocalProvider(tmp_path)
+    assert "--without-kubevirt" in provider.declared_capabilities().reason_missing(
+        Capability.KUBEVIRT)
+    assert not provider.installs_kubevirt
 
 
 def test_oci_archive_is_a_valid_image_layout(tmp_path):

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from core.kube import Kube
 
 DRIVER_IMAGE = "localhost/kdc/nvme-dra-driver:dev"  # as driver/deploy names it
+CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 BUSYBOX_IMAGE = "localhost/kdc/busybox:dev"
 
 
@@ -197,6 +198,11 @@ class LocalCluster:
 
         progress(f"waiting for {', '.join(config.nodes)} to be Ready")
         self._await(f"{config.nodes[-1]}-kubelet", ready, "nodes")
+        # The first node is the control-plane node, as in kubevirtci and kind (kubeadm
+        # labels it; a kubelet may not label itself node-role.*). KubeVirt places its
+        # operator and control plane there. No taint: tests schedule on every node.
+        kube.patch("Node", config.nodes[0],
+                   {"metadata": {"labels": {CONTROL_PLANE_LABEL: ""}}})
 
     def down(self, force: bool = False) -> list[str]:
         """Stop everything in reverse order; returns what was cleaned. ``force`` also

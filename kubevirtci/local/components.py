@@ -100,6 +100,36 @@ HELM = Component(
 )
 
 
+# KubeVirt releases with a build module here (build/kubevirt/<version>): the commit and
+# date of the release tag (the module proxy's .info), stamped as hack/version.sh does.
+KUBEVIRT_RELEASES = {
+    "v1.9.0": ("79d34c1762169e5b0370ec491cef5ca12e6b504c", "2026-07-27T15:21:17Z"),
+}
+KUBEVIRT_CONTROL_PLANE = ("virt-operator", "virt-api", "virt-controller")
+# Programs of KubeVirt's own build: csv-generator goes into the operator image, the
+# manifest-templator renders the operator manifest from the module's release template.
+KUBEVIRT_TOOLS = ("csv-generator", "manifest-templator")
+
+
+def kubevirt_component(version: str) -> Component:
+    """KubeVirt's control plane and manifest tools, from kubevirt.io/kubevirt at ``version``."""
+    if version not in KUBEVIRT_RELEASES:
+        raise SuiteUsageError(
+            f"no KubeVirt build module for {version} here",
+            f"pass --kubevirt-version with one of {', '.join(KUBEVIRT_RELEASES)}, or add "
+            f"kubevirtci/local/build/kubevirt/{version} as the README describes",
+        )
+    commit, date = KUBEVIRT_RELEASES[version]
+    stamp = "kubevirt.io/client-go/version"
+    return Component(
+        "kubevirt", version, BUILD_DIR / "kubevirt" / version,
+        (*(f"kubevirt.io/kubevirt/cmd/{p}" for p in KUBEVIRT_CONTROL_PLANE),
+         *(f"kubevirt.io/kubevirt/tools/{t}" for t in KUBEVIRT_TOOLS)),
+        ldflags=f"-s -w -X {stamp}.gitVersion={version} -X {stamp}.gitCommit={commit} "
+                f"-X {stamp}.gitTreeState=clean -X {stamp}.buildDate={date}",
+    )
+
+
 def driver_component(version: str) -> Component:
     """The project's own driver programs, keyed by the driver sources' content hash."""
     return Component(

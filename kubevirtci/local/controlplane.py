@@ -24,6 +24,7 @@ from kubevirtci.local.node_config import kubeconfig
 from kubevirtci.local.pki import CertificateAuthority, Identity
 from kubevirtci.local.processes import ProcessSpec, Supervisor
 
+FRONT_PROXY_CLIENT = "front-proxy-client"  # the name kubeadm gives it
 PORT_FORWARD = Path(__file__).resolve().parent / "port_forward.py"
 Credentials = dict[str, tuple[Path, Path]]
 
@@ -68,11 +69,19 @@ class ControlPlane:
         self.layout = layout
         self.supervisor = supervisor
         self.ca = ca
+        # A CA of its own for the aggregation layer's front proxy, as kubeadm makes: the
+        # API server proxies to aggregated APIs (virt-api's subresources) as the
+        # front-proxy client, and they trust the request headers it signs.
+        self.front_proxy_ca = CertificateAuthority(layout.pki / "front-proxy",
+                                                   "kdc-front-proxy-ca")
         self.bins = bins
 
     def issue(self, config: ClusterConfig) -> Credentials:
         self.ca.ensure()
         creds = {i.stem: self.ca.issue(i) for i in identities(config)}
+        self.front_proxy_ca.ensure()
+        creds["front-proxy-client"] = self.front_proxy_ca.issue(
+            Identity("front-proxy-client", FRONT_PROXY_CLIENT))
         write_kubeconfig(self.layout.admin_kubeconfig, f"https://{LOOPBACK}:{config.apiserver}",
                          self.ca.cert_path, *creds["admin"], "kdc-admin")
         for stem in ("controller-manager", "scheduler"):
@@ -124,6 +133,13 @@ class ControlPlane:
             # Webhooks and aggregated APIs are reached at their pods' addresses, routed
             # from this namespace, so the control plane needs no kube-proxy of its own.
             "--enable-aggregator-routing=true",
+            f"--requestheader-client-ca-file={self.front_proxy_ca.cert_path}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={creds['front-proxy-client'][0]}",
+            f"--proxy-client-key-file={creds['front-proxy-client'][1]}",
             "--allow-privileged=true", "--profiling=false",
         ])))
         self.supervisor.start(ProcessSpec("api-port-forward", [

@@ -21,17 +21,19 @@ OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 class ImageSpec:
     name: str  # fully qualified reference, e.g. localhost/kdc/pause:kdc-1
     files: dict[str, Path] = field(default_factory=dict)  # path in image -> host file
+    contents: dict[str, bytes] = field(default_factory=dict)  # path in image -> data (0644)
     symlinks: dict[str, str] = field(default_factory=dict)  # path in image -> target
     entrypoint: list[str] = field(default_factory=list)
     env: list[str] = field(default_factory=lambda: ["PATH=/bin:/usr/bin:/sbin:/usr/sbin"])
+    user: str = ""  # the image's default user, as a uid ("" for root)
 
 
 def _layer(spec: ImageSpec) -> tuple[bytes, str]:
     """(gzipped layer, diff id of the uncompressed tar)."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        dirs = sorted({str(Path(p).parent).lstrip("/") for p in [*spec.files, *spec.symlinks]}
-                      - {""})
+        paths = [*spec.files, *spec.contents, *spec.symlinks]
+        dirs = sorted({str(Path(p).parent).lstrip("/") for p in paths} - {""})
         for d in [*dirs, "tmp"]:
             info = tarfile.TarInfo(d)
             info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755, 0
@@ -40,6 +42,10 @@ def _layer(spec: ImageSpec) -> tuple[bytes, str]:
             data = source.read_bytes()
             info = tarfile.TarInfo(path.lstrip("/"))
             info.size, info.mode, info.mtime = len(data), 0o755, 0
+            tar.addfile(info, io.BytesIO(data))
+        for path, data in sorted(spec.contents.items()):
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
             tar.addfile(info, io.BytesIO(data))
         for path, target in sorted(spec.symlinks.items()):
             info = tarfile.TarInfo(path.lstrip("/"))
@@ -63,7 +69,8 @@ def write_oci_archive(spec: ImageSpec, archive: Path) -> Path:
     config = {
         "architecture": "amd64",
         "os": "linux",
-        "config": {"Entrypoint": spec.entrypoint, "Env": spec.env},
+        "config": {"Entrypoint": spec.entrypoint, "Env": spec.env,
+                   **({"User": spec.user} if spec.user else {})},
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
     }
     config_desc = {"mediaType": OCI_CONFIG,

@@ -50,8 +50,9 @@ def _name(cn: str, org: str | None) -> x509.Name:
 
 
 class CertificateAuthority:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, name: str = "kdc-hermetic-ca") -> None:
         self.dir = directory
+        self.name = name
         self.cert_path = directory / "ca.crt"
         self.key_path = directory / "ca.key"
 
@@ -61,7 +62,7 @@ class CertificateAuthority:
             return
         key = _key()
         now = datetime.datetime.now(datetime.UTC)
-        subject = _name("kdc-hermetic-ca", None)
+        subject = _name(self.name, None)
         cert = (
             x509.CertificateBuilder()
             .subject_name(subject).issuer_name(subject)

@@ -1,13 +1,17 @@
 """The ``local`` provider: the hermetic cluster of this package. Real control plane,
 kubelet, kube-proxy and containerd with CDI on nodes that are machines of their own; the
-NVMe hardware is EMULATED; no KVM, so no KubeVirt yet."""
+NVMe hardware is EMULATED. KubeVirt's control plane is the real one, built here from its
+module; its node agents do not run here yet."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from core.errors import SuiteUsageError
 from kubevirtci.capabilities import Capabilities, Capability
+from kubevirtci.kubevirt_install import supports_virt_template_switch
+from kubevirtci.local import kubevirt as local_kubevirt
 from kubevirtci.local.cluster import LocalCluster
 from kubevirtci.provider import Node, Provider
 
@@ -18,22 +22,33 @@ EMULATION_NOTE = (
     "stand-in binds drivers (driver/emulation); this host has no PCI bus, IOMMU or VFIO"
 )
 NO_KUBEVIRT = (
-    "the hermetic cluster cannot run KubeVirt (no usable KVM or VFIO on this host); run "
-    "KubeVirt suites with --provider kubevirtci or --provider existing"
+    "KubeVirt is not installed (--without-kubevirt); run without it to deploy KubeVirt's "
+    "control plane here, or use --provider kubevirtci or --provider existing"
 )
+NO_NODE_AGENTS = (
+    "KubeVirt's node agents (virt-handler, virt-launcher) do not run on the hermetic "
+    "cluster yet: no VM starts here"
+)
+TCG_NOTE = ("KubeVirt runs QEMU with TCG (developerConfiguration.useEmulation): this "
+            "host's KVM cannot boot a stock kernel and no node has /dev/kvm")
 
 
 class LocalProvider(Provider):
     name = "local"
     emulated = (EMULATION_NOTE,)
-    installs_kubevirt = False
 
     def __init__(self, artifacts_dir: Path, keep_cluster: bool = False,
-                 cluster: LocalCluster | None = None) -> None:
+                 cluster: LocalCluster | None = None, kubevirt_version: str | None = None
+                 ) -> None:
+        """``kubevirt_version``: the KubeVirt to build and deploy here; None for none."""
         self.cluster = cluster or LocalCluster()
         self.artifacts_dir = artifacts_dir
         self.keep_cluster = keep_cluster
         self.started_here = False
+        self.installs_kubevirt = kubevirt_version is not None
+        if kubevirt_version is not None:
+            self.emulated = (EMULATION_NOTE, TCG_NOTE,
+                             *local_kubevirt.standin_notes(kubevirt_version))
 
     def up(self) -> None:
         self.started_here = not self.cluster.running()
@@ -47,11 +62,14 @@ class LocalProvider(Provider):
         caps.grant(Capability.NODE_ACCESS)
         caps.grant(Capability.DRIVER_PLUGIN_SOCKET)
         caps.deny(Capability.VFIO, "PCI is emulated here: no IOMMU or VFIO on this host")
-        for cap in (Capability.KUBEVIRT, Capability.KUBEVIRT_DRA_GATES,
-                    Capability.LAUNCHER_METADATA, Capability.KUBEVIRT_DEVICE_STATUS,
-                    Capability.PERSISTENT_DRA_CLAIMS, Capability.GUEST_ACCESS,
+        for cap in (Capability.RUNNING_VMS, Capability.GUEST_ACCESS,
                     Capability.DEVICE_PLUGIN_NVME):
-            caps.deny(cap, NO_KUBEVIRT)
+            caps.deny(cap, NO_NODE_AGENTS if self.installs_kubevirt else NO_KUBEVIRT)
+        if not self.installs_kubevirt:
+            for cap in (Capability.KUBEVIRT, Capability.KUBEVIRT_DRA_GATES,
+                        Capability.LAUNCHER_METADATA, Capability.KUBEVIRT_DEVICE_STATUS,
+                        Capability.PERSISTENT_DRA_CLAIMS):
+                caps.deny(cap, NO_KUBEVIRT)
         return caps
 
     def node(self, name: str) -> Node:
@@ -71,6 +89,17 @@ class LocalProvider(Provider):
                     "`kdc-cluster load-image ARCHIVE` with the image's OCI or `docker save` "
                     "archive",
                 )
+
+    def kubevirt_operator_manifest(self, version: str) -> list[dict[str, Any]]:
+        """Built here from KubeVirt's module, its images imported into every node."""
+        return local_kubevirt.prepare(self.cluster, version)
+
+    def kubevirt_configuration(self, version: str) -> dict[str, Any]:
+        config: dict[str, Any] = {"developerConfiguration": {"useEmulation": True}}
+        if supports_virt_template_switch(version):
+            # virt-template's images are not built from KubeVirt's module: leave it out.
+            config["virtTemplateDeployment"] = {"enabled": False}
+        return config
 
     def down(self) -> None:
         if self.keep_cluster or not self.started_here:

@@ -1,0 +1,181 @@
+"""KubeVirt installed as users install it: its operator manifest, then a KubeVirt CR with
+the DRA gates, ``HostDevices`` and the NVMe device-plugin path. Each component is
+awaited; a component that is not ready is named with its pods' events and log tail."""
+
+from __future__ import annotations
+
+import copy
+import urllib.request
+from typing import Any, Protocol
+
+import yaml
+from kubernetes.client.rest import ApiException
+
+from core.kube import Kube
+from core.timeouts import Timeout, WaitFailed, WaitTimeout
+from core.waits import Stop, Verdict, container_failure, has_condition, poll, wait_for
+from kubevirtci.discovery import DRA_GATES, parse_version
+from kubevirtci.installers import progress
+
+NVME_DEVICE_PLUGIN = {
+    "pciVendorSelector": "1b36:0010",
+    "resourceName": "devices.kubevirt.io/nvme",
+}
+RELEASE_URL = "https://github.com/kubevirt/kubevirt/releases/download/{version}/{file}"
+CR_NAME = "kubevirt"
+CONTROL_PLANE = ("virt-api", "virt-controller")  # what the operator deploys first
+
+
+class KubeVirtSource(Protocol):
+    """Where a provider's KubeVirt comes from and what its cluster needs configured."""
+
+    def kubevirt_operator_manifest(self, version: str) -> list[dict[str, Any]]: ...
+
+    def kubevirt_configuration(self, version: str) -> dict[str, Any]: ...
+
+
+def release_operator_manifest(version: str) -> list[dict[str, Any]]:
+    """The release's kubevirt-operator.yaml, as users apply it."""
+    url = RELEASE_URL.format(version=version, file="kubevirt-operator.yaml")
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return [d for d in yaml.safe_load_all(response.read()) if d]
+
+
+def kubevirt_cr_patch(cr: dict[str, Any]) -> dict[str, Any] | None:
+    """The merge patch that turns on the DRA gates and permits the NVMe device-plugin
+    path; None when the CR already has both (idempotence)."""
+    config = copy.deepcopy((cr.get("spec") or {}).get("configuration") or {})
+    dev = config.setdefault("developerConfiguration", {})
+    gates = list(dev.get("featureGates") or [])
+    added_gates = [g for g in DRA_GATES if g not in gates]
+    permitted = config.setdefault("permittedHostDevices", {})
+    pci = list(permitted.get("pciHostDevices") or [])
+    has_nvme = any(d.get("resourceName") == NVME_DEVICE_PLUGIN["resourceName"] for d in pci)
+    if not added_gates and has_nvme:
+        return None
+    dev["featureGates"] = gates + added_gates
+    if not has_nvme:
+        permitted["pciHostDevices"] = [*pci, dict(NVME_DEVICE_PLUGIN)]
+    return {"spec": {"configuration": config}}
+
+
+def kubevirt_cr(namespace: str, configuration: dict[str, Any]) -> dict[str, Any]:
+    """A KubeVirt CR with the provider's configuration plus the DRA gates and the NVMe
+    device-plugin path."""
+    cr: dict[str, Any] = {
+        "apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+        "metadata": {"name": CR_NAME, "namespace": namespace},
+        "spec": {"imagePullPolicy": "IfNotPresent",
+                 "configuration": copy.deepcopy(configuration)},
+    }
+    patch = kubevirt_cr_patch(cr)
+    if patch is not None:
+        cr["spec"]["configuration"] = patch["spec"]["configuration"]
+    return cr
+
+
+class KubeVirtInstaller:
+    def __init__(self, kube: Kube, version: str, source: KubeVirtSource,
+                 await_node_agents: bool = True) -> None:
+        self.kube = kube
+        self.version = version
+        self.source = source
+        self.await_node_agents = await_node_agents
+
+    def existing_cr(self) -> dict[str, Any] | None:
+        try:
+            items = self.kube.list("KubeVirt")
+        except ApiException as err:
+            if err.status == 404:  # CRD absent: KubeVirt is not installed
+                return None
+            raise
+        return items[0] if items else None
+
+    def install(self) -> str:
+        """Returns what was done, for the run log."""
+        cr = self.existing_cr()
+        action = "already installed"
+        if cr is None:
+            progress(f"installing KubeVirt {self.version}: operator manifest")
+            docs = self.source.kubevirt_operator_manifest(self.version)
+            for doc in docs:
+                self.kube.apply(doc)
+            operator = next(d for d in docs if d["kind"] == "Deployment")
+            namespace = operator["metadata"]["namespace"]
+            wait_for(self.kube, "CustomResourceDefinition", "kubevirts.kubevirt.io", None,
+                     lambda o: has_condition(o, "Established"), Timeout.CRD_ESTABLISHED,
+                     "the KubeVirt CRD to be established")
+            wait_for_deployment(self.kube, operator["metadata"]["name"], namespace,
+                                Timeout.KUBEVIRT_OPERATOR_READY)
+            progress("creating the KubeVirt CR (DRA gates, HostDevices, NVMe device plugin)")
+            cr = self.kube.apply(kubevirt_cr(
+                namespace, self.source.kubevirt_configuration(self.version)))
+            action = f"installed {self.version} with its operator"
+        patch = kubevirt_cr_patch(cr)
+        namespace, name = cr["metadata"]["namespace"], cr["metadata"]["name"]
+        if patch is not None:
+            progress(f"enabling {', '.join(DRA_GATES)} and the NVMe device-plugin path")
+            self.kube.patch("KubeVirt", name, patch, namespace)
+            action += ", DRA gates enabled"
+        for component in CONTROL_PLANE:
+            wait_for_deployment(self.kube, component, namespace, Timeout.KUBEVIRT_COMPONENT)
+        if self.await_node_agents:
+            wait_for(self.kube, "KubeVirt", name, namespace,
+                     lambda o: has_condition(o, "Available"), Timeout.KUBEVIRT_AVAILABLE,
+                     "KubeVirt Available")
+        return action
+
+
+def deployment_available(kube: Kube, name: str, namespace: str) -> Verdict:
+    """Available with a ready replica; a pod of it that cannot run ends the wait."""
+    deployment = kube.find("Deployment", name, namespace)
+    if deployment is None:
+        return False
+    if has_condition(deployment, "Available") and \
+            (deployment.get("status") or {}).get("readyReplicas"):
+        return True
+    for pod in _pods_of(kube, deployment):
+        failure = container_failure(pod)
+        if failure:
+            return Stop(f"pod {pod['metadata']['name']}: {failure}")
+    return False
+
+
+def wait_for_deployment(kube: Kube, name: str, namespace: str, timeout: Timeout) -> None:
+    progress(f"waiting for {namespace}/{name}")
+    try:
+        poll(lambda: deployment_available(kube, name, namespace), timeout,
+             f"{name} to be available")
+    except (WaitTimeout, WaitFailed) as err:
+        raise type(err)(f"{err}\n{component_report(kube, name, namespace)}") from err
+
+
+def component_report(kube: Kube, name: str, namespace: str) -> str:
+    """The pods of a component with their events and last log lines."""
+    deployment = kube.find("Deployment", name, namespace)
+    if deployment is None:
+        return f"{namespace}/{name} does not exist (the operator has not created it)"
+    lines = []
+    events = kube.list("Event", namespace)
+    for pod in _pods_of(kube, deployment):
+        pod_name = pod["metadata"]["name"]
+        lines.append(f"pod {pod_name}: {(pod.get('status') or {}).get('phase')}")
+        lines += [f"  event {e.get('reason')}: {e.get('message')}" for e in events
+                  if e["involvedObject"].get("name") == pod_name][-5:]
+        try:
+            lines += ["  log " + line for line in kube.logs(pod_name, namespace, tail=10)
+                      .splitlines()]
+        except ApiException as err:
+            lines.append(f"  (no log: {err.reason})")
+    return "\n".join(lines) or f"{namespace}/{name} has no pods"
+
+
+def _pods_of(kube: Kube, deployment: dict[str, Any]) -> list[dict[str, Any]]:
+    labels = (deployment["spec"].get("selector") or {}).get("matchLabels") or {}
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
+    return kube.list("Pod", deployment["metadata"]["namespace"], label_selector=selector)
+
+
+def supports_virt_template_switch(version: str) -> bool:
+    """``virtTemplateDeployment`` exists in the KubeVirt CR from v1.9 on."""
+    return (parse_version(version) or (0, 0)) >= (1, 9)

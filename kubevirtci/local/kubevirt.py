@@ -1,0 +1,106 @@
+"""The real KubeVirt on the hermetic cluster, built here: its programs from its Go module
+at a pinned release (``components.kubevirt_component``), its control-plane images
+assembled as its own image definitions assemble them (``cmd/*/BUILD.bazel``), and its
+operator manifest rendered by its own ``manifest-templator`` from the module's release
+template. Nothing of KubeVirt is changed; the operator derives every component's image
+from its own image name, as it does from a registry."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from core.errors import SuiteUsageError
+from kubevirtci.local import components, images
+
+if TYPE_CHECKING:
+    from kubevirtci.local.cluster import LocalCluster
+
+# virt-operator derives the component images from its own: <registry>/<prefix><name>:<tag>
+# (pkg/virt-operator/util/config.go), so all share this path and the release as tag.
+REGISTRY = "localhost/kubevirt"
+NAMESPACE = "kubevirt"  # as KubeVirt's release manifests install it
+# Releases built with STAND-IN modules for modules the Go module proxy refuses.
+STANDINS = {"v1.9.0": "kubevirt.io/virt-template-api and -client-go v0.2.0"}
+# The control-plane images' user (the root BUILD.bazel's passwd_entry "nonroot-user").
+NONROOT_PASSWD = b"nonroot-user:x:1001:1001:user:/home/nonroot-user:/bin/bash\n"
+
+
+def standin_notes(version: str) -> list[str]:
+    """What the report header says of a build with stand-in modules."""
+    if version not in STANDINS:
+        return []
+    return [f"KubeVirt {version} is built with STAND-IN modules for {STANDINS[version]}, "
+            "which the Go module proxy refuses (kubevirtci/local/build/kubevirt/standin); "
+            "virt-template itself is not deployed"]
+
+
+def image_name(program: str, version: str) -> str:
+    return f"{REGISTRY}/{program}:{version}"
+
+
+def control_plane_images(version: str, bin_dir: Path) -> list[images.ImageSpec]:
+    """virt-operator, virt-api and virt-controller as cmd/<program>/BUILD.bazel builds
+    them: /etc/passwd with the non-root user 1001, /.version, the program in /usr/bin
+    (the operator's image also carries csv-generator), user 1001, on a minimal root."""
+    specs = []
+    for program in components.KUBEVIRT_CONTROL_PLANE:
+        files = {f"/usr/bin/{program}": bin_dir / program}
+        if program == "virt-operator":
+            files["/usr/bin/csv-generator"] = bin_dir / "csv-generator"
+        specs.append(images.ImageSpec(
+            image_name(program, version), files=files,
+            contents={"/etc/passwd": NONROOT_PASSWD, "/.version": f"{version}\n".encode()},
+            entrypoint=[f"/usr/bin/{program}"], user="1001",
+        ))
+    return specs
+
+
+def operator_manifest(version: str, bin_dir: Path, module_dir: Path, work: Path
+                      ) -> list[dict[str, Any]]:
+    """kubevirt-operator.yaml as KubeVirt's hack/build-manifests.sh renders it (two
+    passes of its manifest-templator), for images under REGISTRY tagged ``version``."""
+    templator = str(bin_dir / "manifest-templator")
+    work.mkdir(parents=True, exist_ok=True)
+    files_pass = work / f"kubevirt-operator-{version}.yaml.in"
+    files_pass.write_text(_run([
+        templator, "--process-files",
+        f"--generated-manifests-dir={module_dir / 'manifests' / 'generated'}/",
+        f"--input-file={module_dir / 'manifests' / 'release' / 'kubevirt-operator.yaml.in'}",
+    ]))
+    rendered = _run([
+        templator, "--process-vars", f"--namespace={NAMESPACE}",
+        f"--container-prefix={REGISTRY}", f"--container-tag={version}", "--image-prefix=",
+        "--image-pull-policy=IfNotPresent", "--verbosity=2",
+        f"--kubevirt-logo-path={module_dir / 'assets' / 'kubevirt_logo.png'}",
+        f"--input-file={files_pass}",
+    ])
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def _run(argv: list[str]) -> str:
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise SuiteUsageError(
+            f"{Path(argv[0]).name} failed ({result.returncode}): {result.stderr.strip()[-600:]}",
+            "check the KubeVirt build module and the module cache (`go mod download`)",
+        )
+    return result.stdout
+
+
+def prepare(cluster: LocalCluster, version: str) -> list[dict[str, Any]]:
+    """Build KubeVirt ``version`` (cached), import its control-plane images into every
+    node and return its operator manifest."""
+    component = components.kubevirt_component(version)
+    bin_dir = components.build(component)
+    for spec in control_plane_images(version, bin_dir):
+        archive = cluster.layout.images / (spec.name.rsplit("/", 1)[-1].replace(":", "-")
+                                           + ".tar")
+        if not archive.exists():
+            images.write_oci_archive(spec, archive)
+        cluster.load_image_archive(archive)
+    module_dir = components.module_source(component, f"kubevirt.io/kubevirt@{version}")
+    return operator_manifest(version, bin_dir, module_dir, cluster.layout.root / "kubevirt")
