@@ -163,8 +163,13 @@ def claim_deallocated(obj: Obj) -> bool:
 
 
 def vmi_failure(obj: Obj) -> Stop | None:
-    """A VMI that ended: ``Failed`` (or ``Succeeded`` while it should run) is final."""
+    """A VMI that ended: ``Failed`` (or ``Succeeded`` while it should run) is final, and
+    so is one whose launcher virt-controller cannot render (its spec will not change)."""
     status = (obj or {}).get("status") or {}
+    for c in status.get("conditions") or []:
+        if c.get("type") == "Synchronized" and c.get("status") == "False" and \
+                str(c.get("message", "")).startswith("failed to render launch manifest"):
+            return Stop(f"virt-controller cannot create the launcher: {c['message']}")
     phase = status.get("phase")
     if phase not in ("Failed", "Succeeded"):
         return None

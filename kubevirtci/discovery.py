@@ -31,6 +31,7 @@ class ClusterFacts:
     kubevirt_phase: str | None = None
     kubevirt_gates: list[str] = field(default_factory=list)
     kubevirt_api_ready: bool = False  # virt-api serves (admission, subresources)
+    kubevirt_permits_host_devices: bool = False  # configuration.permittedHostDevices set
     drivers: dict[str, int] = field(default_factory=dict)  # driver -> device count
     devices_per_node: dict[str, dict[str, int]] = field(default_factory=dict)
     device_plugin_resources: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -101,6 +102,8 @@ def discover(api: ApiReader) -> ClusterFacts:
                 "operatorVersion"
             )
             facts.kubevirt_gates = effective_gates(cr, facts.kubevirt_version)
+            config = (cr.get("spec") or {}).get("configuration") or {}
+            facts.kubevirt_permits_host_devices = bool(config.get("permittedHostDevices"))
             virt_api = api.get(f"/apis/apps/v1/namespaces/{facts.kubevirt_namespace}"
                                "/deployments/virt-api") or {}
             facts.kubevirt_api_ready = bool(
@@ -153,6 +156,7 @@ def _kubevirt_capabilities(facts: ClusterFacts, caps: Capabilities) -> None:
     kubevirt_dependent = (
         Capability.KUBEVIRT,
         Capability.RUNNING_VMS,
+        Capability.LAUNCHER_RENDERS_DRA,
         Capability.KUBEVIRT_DRA_GATES,
         Capability.LAUNCHER_METADATA,
         Capability.KUBEVIRT_DEVICE_STATUS,
@@ -184,6 +188,16 @@ def _kubevirt_capabilities(facts: ClusterFacts, caps: Capabilities) -> None:
     else:
         caps.grant(Capability.KUBEVIRT_DRA_GATES)
     version = parse_version(facts.kubevirt_version) or (0, 0)
+    if version < (1, 9) and facts.kubevirt_permits_host_devices:
+        # pkg/virt-controller/services/renderresources.go validatePermittedHostDevices
+        # checks every host device against permittedHostDevices, DRA ones (no deviceName)
+        # included, until v1.9.0 skips those backed by claims.
+        caps.deny(Capability.LAUNCHER_RENDERS_DRA,
+                  f"KubeVirt {facts.kubevirt_version} refuses to render a launcher for DRA "
+                  "host devices while permittedHostDevices is configured (\"HostDevice  is "
+                  "not permitted\"; fixed in v1.9.0)")
+    else:
+        caps.grant(Capability.LAUNCHER_RENDERS_DRA)
     if version >= (1, 8):
         caps.grant(Capability.LAUNCHER_METADATA)
         caps.deny(

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import yaml
 from kubernetes.client.rest import ApiException
 
+from core.errors import SuiteUsageError
 from core.kube import Kube
 from core.timeouts import Timeout, WaitFailed, WaitTimeout
 from core.waits import Stop, Verdict, container_failure, has_condition, poll, wait_for
@@ -111,6 +112,8 @@ class KubeVirtInstaller:
             cr = self.kube.apply(kubevirt_cr(
                 namespace, self.source.kubevirt_configuration(self.version)))
             action = f"installed {self.version} with its operator"
+        else:
+            self._check_version(cr)
         patch = kubevirt_cr_patch(cr)
         namespace, name = cr["metadata"]["namespace"], cr["metadata"]["name"]
         if patch is not None:
@@ -124,6 +127,18 @@ class KubeVirtInstaller:
                      lambda o: has_condition(o, "Available"), Timeout.KUBEVIRT_AVAILABLE,
                      "KubeVirt Available")
         return action
+
+
+    def _check_version(self, cr: dict[str, Any]) -> None:
+        status = cr.get("status") or {}
+        installed = status.get("observedKubeVirtVersion") or status.get("operatorVersion")
+        if installed and installed != self.version:
+            raise SuiteUsageError(
+                f"KubeVirt {installed} is installed, but --kubevirt-version asks for "
+                f"{self.version}",
+                f"pass --kubevirt-version {installed}, or start from a cluster without "
+                "KubeVirt (on the hermetic cluster: kdc-cluster down)",
+            )
 
 
 def deployment_available(kube: Kube, name: str, namespace: str) -> Verdict:

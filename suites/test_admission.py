@@ -15,11 +15,25 @@ from fixtures.builders.resourceclaim import (
     with_request,
     with_request_cel_selector,
 )
-from fixtures.builders.vmi import HOST_DEVICES, with_claim_reference, with_device
+from fixtures.builders.virtualmachine import with_run_strategy
+from fixtures.builders.vmi import (
+    HOST_DEVICES,
+    with_claim_reference,
+    with_claim_template,
+    with_device,
+    with_node_selector,
+)
 from fixtures.claims import REQUEST, plain_claim
 from fixtures.devices import allocated_devices
+from kubevirtci.discovery import parse_version
 
 pytestmark = [markers.admission, markers.requires_kubevirt_dra]
+
+# KubeVirt releases that check a rule only from some version on: rule id -> (version,
+# where the check lives). v1.8.x validates spec.resourceClaims for duplicate names only.
+RULE_SINCE = {
+    "claim-name-not-dns-label": ((1, 9), "pkg/dra/admitter/dra_admitter.go validateResourceClaims"),
+}
 
 # rule id -> (VM options breaking exactly that rule, text the rejection must name)
 BROKEN_RULES = {
@@ -62,7 +76,13 @@ BROKEN_RULES = {
 
 
 @pytest.mark.parametrize("rule", sorted(BROKEN_RULES))
-def test_vep10_rule_violation_is_rejected_naming_the_field(objects, profile, rule):
+def test_vep10_rule_violation_is_rejected_naming_the_field(objects, profile, cluster, rule):
+    if rule in RULE_SINCE:
+        since, where = RULE_SINCE[rule]
+        version = cluster.facts.kubevirt_version
+        if (parse_version(version) or (0, 0)) < since:
+            pytest.skip(f"KubeVirt {version} does not check {rule} (from "
+                        f"v{since[0]}.{since[1]}: {where})")
     options, field = BROKEN_RULES[rule]
     with pytest.raises(ApiException) as err:
         objects.create(vms.guest_vm(f"vm-{rule}"[:50], profile, *options))
@@ -87,6 +107,7 @@ def _assert_nothing_leaks(kube, namespace, claim):
     assert not allocated_devices(left)
 
 
+@markers.requires_launcher
 def test_claim_on_missing_device_class_leaves_vmi_pending_with_reason(
     kube, objects, namespace, profile
 ):
@@ -170,3 +191,34 @@ def test_dra_host_devices_are_rejected_while_the_host_devices_gate_is_off(
     finally:
         set_gates(gates)
     assert "hostdevices" in rejection[-1].lower(), rejection[-1]
+
+
+# Every VM shape the other suites build, as they build it: the real webhook accepts each.
+BUILDER_SHAPES = {
+    "dra-claim-reference": lambda profile: (
+        with_claim_reference("nvme", "nvme"), vms.dra_device(profile, "nvme", "nvme", REQUEST)),
+    "dra-claim-template": lambda profile: (
+        with_claim_template("nvme", "nvme-tpl"),
+        vms.dra_device(profile, "nvme", "nvme", REQUEST)),
+    "device-plugin": lambda profile: (
+        with_device(HOST_DEVICES, "dp", deviceName=profile.device_plugin_resource),),
+    "device-plugin-and-dra": lambda profile: (
+        with_device(HOST_DEVICES, "dp", deviceName=profile.device_plugin_resource),
+        with_claim_reference("nvme", "nvme"), vms.dra_device(profile, "nvme", "nvme", REQUEST)),
+    "dra-on-a-node": lambda profile: (
+        with_claim_reference("nvme", "nvme"), vms.dra_device(profile, "nvme", "nvme", REQUEST),
+        with_node_selector("node01")),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(BUILDER_SHAPES))
+@pytest.mark.parametrize("run_strategy", ["Always", "Halted"])
+def test_the_webhook_accepts_every_vm_shape_the_suites_build(
+    kube, namespace, profile, shape, run_strategy
+):
+    if shape.startswith("device-plugin") and not profile.device_plugin_resource:
+        pytest.skip(f"profile {profile.name} names no devicePluginResource")
+    vm = vms.guest_vm("vm", profile, *BUILDER_SHAPES[shape](profile),
+                      vm_options=(with_run_strategy(run_strategy),))
+    vm["metadata"]["namespace"] = namespace
+    kube.create(vm, dry_run=True)

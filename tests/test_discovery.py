@@ -86,3 +86,17 @@ def test_kubevirt_serving_its_api_without_node_agents_runs_admission_but_no_vm(r
     api.paths["/apis/apps/v1/namespaces/kubevirt/deployments/virt-api"] = {"status": {}}
     caps = capabilities_from(discover(api), DRIVER, DP)
     assert "is Deploying" in caps.reason_missing(Capability.KUBEVIRT)
+
+
+def test_kubevirt_1_8_with_permitted_host_devices_cannot_render_dra_launchers(recorded):
+    cr = {"items": [{
+        "metadata": {"name": "kubevirt", "namespace": "kubevirt"},
+        "spec": {"configuration": {
+            "developerConfiguration": {"featureGates": ["HostDevices", "HostDevicesWithDRA"]},
+            "permittedHostDevices": {"pciHostDevices": [{"resourceName": DP}]}}},
+        "status": {"phase": "Deployed", "observedKubeVirtVersion": "v1.8.4"}}]}
+    api = Overlay(recorded("cluster_kubevirt_1_9"), **{"/apis/kubevirt.io/v1/kubevirts": cr})
+    caps = capabilities_from(discover(api), DRIVER, DP)
+    assert "fixed in v1.9.0" in caps.reason_missing(Capability.LAUNCHER_RENDERS_DRA)
+    cr["items"][0]["status"]["observedKubeVirtVersion"] = "v1.9.0"
+    assert capabilities_from(discover(api), DRIVER, DP).has(Capability.LAUNCHER_RENDERS_DRA)

@@ -126,3 +126,11 @@ def test_deletes_wait_until_gone_before_the_lease_can_be_released():
     assert objects.delete_all() == []
     assert kube.deleted == ["Pod", "ResourceClaim"]  # consumers first
     assert kube.gone == ["Pod", "ResourceClaim"], "returned before the objects were gone"
+
+
+def test_a_vmi_whose_launcher_cannot_be_rendered_ends_the_wait():
+    unrenderable = vmi("Pending", conditions=[{
+        "type": "Synchronized", "status": "False", "reason": "FailedCreate",
+        "message": "failed to render launch manifest: HostDevice  is not permitted"}])
+    verdict = waits.vmi_unschedulable(unrenderable)
+    assert isinstance(verdict, waits.Stop) and "HostDevice  is not permitted" in verdict.reason

@@ -104,6 +104,7 @@ HELM = Component(
 # date of the release tag (the module proxy's .info), stamped as hack/version.sh does.
 KUBEVIRT_RELEASES = {
     "v1.9.0": ("79d34c1762169e5b0370ec491cef5ca12e6b504c", "2026-07-27T15:21:17Z"),
+    "v1.8.4": ("dfaa398f086692d19e01be21d83a01036e07815f", "2026-06-15T03:44:27Z"),
 }
 KUBEVIRT_CONTROL_PLANE = ("virt-operator", "virt-api", "virt-controller")
 # Programs of KubeVirt's own build: csv-generator goes into the operator image, the
