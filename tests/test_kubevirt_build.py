@@ -43,3 +43,10 @@ def test_the_cr_has_the_dra_gates_the_nvme_path_and_the_providers_configuration(
     older = LocalProvider(tmp_path, kubevirt_version="v1.8.4").kubevirt_configuration("v1.8.4")
     assert "virtTemplateDeployment" not in older  # the field arrived in v1.9
     assert standin_notes("v1.8.4") == [] and "STAND-IN" in standin_notes("v1.9.0")[0]
+
+
+def test_node_programs_build_from_the_same_module_with_cgo():
+    node = components.kubevirt_node_component("v1.9.0")
+    assert node.cgo and node.module_dir == components.kubevirt_component("v1.9.0").module_dir
+    assert "virt-handler" in node.programs() and "virt-launcher" not in node.programs()
+    assert "gitVersion=v1.9.0" in node.ldflags

@@ -53,6 +53,7 @@ class Component:
     packages: tuple[str, ...]
     ldflags: str = "-s -w"
     tags: str = ""
+    cgo: bool = False  # link C (against this host's libc); static Go programs otherwise
 
     @property
     def bin_dir(self) -> Path:
@@ -110,6 +111,8 @@ KUBEVIRT_CONTROL_PLANE = ("virt-operator", "virt-api", "virt-controller")
 # Programs of KubeVirt's own build: csv-generator goes into the operator image, the
 # manifest-templator renders the operator manifest from the module's release template.
 KUBEVIRT_TOOLS = ("csv-generator", "manifest-templator")
+KUBEVIRT_NODE_PROGRAMS = ("virt-handler", "virt-chroot", "virt-launcher-monitor", "virt-probe",
+                          "virt-tail", "virt-freezer")
 
 
 def kubevirt_component(version: str) -> Component:
@@ -128,6 +131,18 @@ def kubevirt_component(version: str) -> Component:
          *(f"kubevirt.io/kubevirt/tools/{t}" for t in KUBEVIRT_TOOLS)),
         ldflags=f"-s -w -X {stamp}.gitVersion={version} -X {stamp}.gitCommit={commit} "
                 f"-X {stamp}.gitTreeState=clean -X {stamp}.buildDate={date}",
+    )
+
+
+def kubevirt_node_component(version: str) -> Component:
+    """KubeVirt's node-side programs from the same module: virt-handler (cgo: its node
+    labeller reads <linux/kvm.h>) and the helpers its and the launcher's images carry.
+    virt-launcher, which links libvirt, is built against the libvirt of its own image."""
+    control_plane = kubevirt_component(version)
+    return Component(
+        "kubevirt-node", version, control_plane.module_dir,
+        tuple(f"kubevirt.io/kubevirt/cmd/{p}" for p in KUBEVIRT_NODE_PROGRAMS),
+        ldflags=control_plane.ldflags, cgo=True,
     )
 
 
@@ -155,7 +170,7 @@ def build(component: Component, runner: CommandRunner | None = None) -> Path:
         f"[build] {component.name} {component.version}: building {', '.join(component.programs())}"
         " (cold builds take minutes; package names stream below)\n"
     )
-    env = {**os.environ, "CGO_ENABLED": "0"}
+    env = {**os.environ, "CGO_ENABLED": "1" if component.cgo else "0"}
     result = runner.run(argv, env=env, cwd=component.module_dir, label=f"build {component.name}")
     if result.returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)

@@ -96,6 +96,8 @@ def prepare(cluster: LocalCluster, version: str) -> list[dict[str, Any]]:
     node and return its operator manifest."""
     component = components.kubevirt_component(version)
     bin_dir = components.build(component)
+    # Built now so that running the node agents needs no new build (not run here yet).
+    components.build(components.kubevirt_node_component(version))
     for spec in control_plane_images(version, bin_dir):
         archive = cluster.layout.images / (spec.name.rsplit("/", 1)[-1].replace(":", "-")
                                            + ".tar")
