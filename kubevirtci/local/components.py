@@ -40,6 +40,10 @@ APT_REQUIREMENTS = (
     ("iptables", "/usr/sbin/iptables"),
     ("busybox-static", "/bin/busybox"),
     ("iproute2", "/usr/sbin/ip"),
+    # cgo for virt-handler: a C compiler, libc headers and the kernel's <linux/kvm.h>
+    ("gcc", "/usr/bin/gcc"),
+    ("libc6-dev", "/usr/include/stdio.h"),
+    ("linux-libc-dev", "/usr/include/linux/kvm.h"),
 )
 
 
