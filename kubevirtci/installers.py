@@ -73,14 +73,29 @@ def daemonset_rolled_out(ds: dict[str, Any] | None) -> bool:
     )
 
 
-def pods_ready_on_every_node(pods: list[dict[str, Any]], nodes: int) -> Verdict:
-    """A DaemonSet's pods: one Ready on each of ``nodes`` nodes. A crash-looping pod ends
-    the wait (it can look Ready between restarts, and passes ``kubectl rollout status``)."""
+def pods_of(kube: Kube, workload: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pods a DaemonSet or Deployment selects (by its matchLabels)."""
+    labels = (workload["spec"].get("selector") or {}).get("matchLabels") or {}
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
+    return kube.list("Pod", workload["metadata"]["namespace"], label_selector=selector)
+
+
+def pod_failure(pods: list[dict[str, Any]]) -> Stop | None:
+    """The first pod whose container cannot run, as a reason to stop waiting."""
     for pod in pods:
         failure = container_failure(pod)
         if failure:
             return Stop(f"pod {pod['metadata']['name']} on {pod['spec'].get('nodeName')}: "
                         f"{failure}")
+    return None
+
+
+def pods_ready_on_every_node(pods: list[dict[str, Any]], nodes: int) -> Verdict:
+    """A DaemonSet's pods: one Ready on each of ``nodes`` nodes. A crash-looping pod ends
+    the wait (it can look Ready between restarts, and passes ``kubectl rollout status``)."""
+    failure = pod_failure(pods)
+    if failure:
+        return failure
     ready_nodes = {p["spec"].get("nodeName") for p in pods
                    if p["metadata"].get("deletionTimestamp") is None
                    and has_condition(p, "Ready")}
@@ -92,10 +107,8 @@ def wait_for_rollout(kube: Kube, name: str, namespace: str) -> None:
     ds = wait_for(kube, "DaemonSet", name, namespace, daemonset_rolled_out,
                   Timeout.DRIVER_READY, "DaemonSet rollout (updated and ready on every node)")
     assert ds is not None
-    selector = ",".join(f"{k}={v}" for k, v in ds["spec"]["selector"]["matchLabels"].items())
     desired = ds["status"]["desiredNumberScheduled"]
-    poll(lambda: pods_ready_on_every_node(
-        kube.list("Pod", namespace, label_selector=selector), desired),
+    poll(lambda: pods_ready_on_every_node(pods_of(kube, ds), desired),
         Timeout.DRIVER_READY, f"DaemonSet {namespace}/{name}'s pods Ready on every node")
 
 

@@ -14,9 +14,9 @@ from kubernetes.client.rest import ApiException
 from core.errors import SuiteUsageError
 from core.kube import Kube
 from core.timeouts import Timeout, WaitFailed, WaitTimeout
-from core.waits import Stop, Verdict, container_failure, has_condition, poll, wait_for
+from core.waits import Verdict, has_condition, poll, wait_for
 from kubevirtci.discovery import DRA_GATES, parse_version
-from kubevirtci.installers import progress
+from kubevirtci.installers import pod_failure, pods_of, progress
 
 NVME_DEVICE_PLUGIN = {
     "pciVendorSelector": "1b36:0010",
@@ -149,11 +149,7 @@ def deployment_available(kube: Kube, name: str, namespace: str) -> Verdict:
     if has_condition(deployment, "Available") and \
             (deployment.get("status") or {}).get("readyReplicas"):
         return True
-    for pod in _pods_of(kube, deployment):
-        failure = container_failure(pod)
-        if failure:
-            return Stop(f"pod {pod['metadata']['name']}: {failure}")
-    return False
+    return pod_failure(pods_of(kube, deployment)) or False
 
 
 def wait_for_deployment(kube: Kube, name: str, namespace: str, timeout: Timeout) -> None:
@@ -172,7 +168,7 @@ def component_report(kube: Kube, name: str, namespace: str) -> str:
         return f"{namespace}/{name} does not exist (the operator has not created it)"
     lines = []
     events = kube.list("Event", namespace)
-    for pod in _pods_of(kube, deployment):
+    for pod in pods_of(kube, deployment):
         pod_name = pod["metadata"]["name"]
         lines.append(f"pod {pod_name}: {(pod.get('status') or {}).get('phase')}")
         lines += [f"  event {e.get('reason')}: {e.get('message')}" for e in events
@@ -183,12 +179,6 @@ def component_report(kube: Kube, name: str, namespace: str) -> str:
         except ApiException as err:
             lines.append(f"  (no log: {err.reason})")
     return "\n".join(lines) or f"{namespace}/{name} has no pods"
-
-
-def _pods_of(kube: Kube, deployment: dict[str, Any]) -> list[dict[str, Any]]:
-    labels = (deployment["spec"].get("selector") or {}).get("matchLabels") or {}
-    selector = ",".join(f"{k}={v}" for k, v in labels.items())
-    return kube.list("Pod", deployment["metadata"]["namespace"], label_selector=selector)
 
 
 def supports_virt_template_switch(version: str) -> bool:

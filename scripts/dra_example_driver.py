@@ -60,17 +60,11 @@ def chart() -> Path:
     return components.module_source(DRIVER, f"{MODULE}@{DRIVER.version}") / CHART
 
 
-def image_archive(cluster: LocalCluster) -> Path:
-    archive = cluster.layout.images / f"dra-example-driver-{DRIVER.version}.tar"
-    if not archive.exists():
-        spec = images.dra_example_driver_image(IMAGE, components.build(DRIVER))
-        images.write_oci_archive(spec, archive)
-    return archive
-
-
 def install(cluster: LocalCluster) -> None:
     cluster.up()
-    archive = image_archive(cluster)
+    archive = cluster.image_archive(
+        f"dra-example-driver-{DRIVER.version}",
+        lambda: images.dra_example_driver_image(IMAGE, components.build(DRIVER)))
     progress(f"importing {IMAGE} into the nodes")
     cluster.load_image_archive(archive)
     progress(f"helm upgrade --install {RELEASE} ({MODULE} {DRIVER.version} chart)")

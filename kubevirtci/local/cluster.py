@@ -240,10 +240,17 @@ class LocalCluster:
                 BUSYBOX_IMAGE: images.busybox_image(BUSYBOX_IMAGE)}
 
     def _import(self, node: HermeticNode, name: str, spec: images.ImageSpec) -> None:
-        archive = self.layout.images / (name.replace("/", "_").replace(":", "_") + ".tar")
+        node.import_image(self.image_archive(name.replace("/", "_").replace(":", "_"),
+                                             lambda: spec))
+
+    def image_archive(self, key: str, spec: Callable[[], images.ImageSpec]) -> Path:
+        """The OCI archive ``<key>.tar`` in the cluster's images folder, written from
+        ``spec()`` (which may build the programs) only when it is not there yet: the key
+        names the content (a version or a source hash)."""
+        archive = self.layout.images / f"{key}.tar"
         if not archive.exists():
-            images.write_oci_archive(spec, archive)
-        node.import_image(archive)
+            images.write_oci_archive(spec(), archive)
+        return archive
 
     def load_image_archive(self, archive: Path) -> list[str]:
         """``kind load image-archive``: import an OCI or Docker archive into every node
@@ -280,14 +287,17 @@ class LocalCluster:
         """Build and load an image this project knows how to build; False if unknown."""
         if name != DRIVER_IMAGE:
             return False
-        archive = self.layout.images / f"nvme-dra-driver-{driver_version()}.tar"
-        if not archive.exists():
-            build_driver_archive(name, archive)
-        self.load_image_archive(archive)
+        self.load_image_archive(self.image_archive(f"nvme-dra-driver-{driver_version()}",
+                                                   lambda: driver_image_spec(name)))
         return True
 
 
-def build_driver_archive(name: str, archive: Path) -> Path:
-    """The driver image as an OCI archive, built locally (no registry, no daemon)."""
+def driver_image_spec(name: str) -> images.ImageSpec:
+    """The driver image, its programs built locally (no registry, no daemon)."""
     bin_dir = components.build(components.driver_component(driver_version()))
-    return images.write_oci_archive(images.driver_image(name, bin_dir), archive)
+    return images.driver_image(name, bin_dir)
+
+
+def build_driver_archive(name: str, archive: Path) -> Path:
+    """The driver image as an OCI archive at ``archive``."""
+    return images.write_oci_archive(driver_image_spec(name), archive)

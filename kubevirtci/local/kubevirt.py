@@ -99,10 +99,7 @@ def prepare(cluster: LocalCluster, version: str) -> list[dict[str, Any]]:
     # Built now so that running the node agents needs no new build (not run here yet).
     components.build(components.kubevirt_node_component(version))
     for spec in control_plane_images(version, bin_dir):
-        archive = cluster.layout.images / (spec.name.rsplit("/", 1)[-1].replace(":", "-")
-                                           + ".tar")
-        if not archive.exists():
-            images.write_oci_archive(spec, archive)
-        cluster.load_image_archive(archive)
+        key = spec.name.rsplit("/", 1)[-1].replace(":", "-")
+        cluster.load_image_archive(cluster.image_archive(key, lambda s=spec: s))
     module_dir = components.module_source(component, f"kubevirt.io/kubevirt@{version}")
     return operator_manifest(version, bin_dir, module_dir, cluster.layout.root / "kubevirt")
