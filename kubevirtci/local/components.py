@@ -44,6 +44,8 @@ APT_REQUIREMENTS = (
     ("gcc", "/usr/bin/gcc"),
     ("libc6-dev", "/usr/include/stdio.h"),
     ("linux-libc-dev", "/usr/include/linux/kvm.h"),
+    # Debian trixie roots for KubeVirt's node images and for what links their libraries
+    ("mmdebstrap", "/usr/bin/mmdebstrap"),
 )
 
 
@@ -111,7 +113,7 @@ KUBEVIRT_RELEASES = {
     "v1.9.0": ("79d34c1762169e5b0370ec491cef5ca12e6b504c", "2026-07-27T15:21:17Z"),
     "v1.8.4": ("dfaa398f086692d19e01be21d83a01036e07815f", "2026-06-15T03:44:27Z"),
 }
-KUBEVIRT_CONTROL_PLANE = ("virt-operator", "virt-api", "virt-controller")
+KUBEVIRT_CONTROL_PLANE = ("virt-operator", "virt-api", "virt-controller", "virt-exportproxy")
 # Programs of KubeVirt's own build: csv-generator goes into the operator image, the
 # manifest-templator renders the operator manifest from the module's release template.
 KUBEVIRT_TOOLS = ("csv-generator", "manifest-templator")

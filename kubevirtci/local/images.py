@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,42 +18,90 @@ OCI_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 
 
+# Never taken from a root into an image: the runtime mounts these, apt's caches are dead weight.
+_ROOT_EXCLUDED = ("dev/", "proc/", "sys/", "var/cache/apt/", "var/lib/apt/lists/")
+
+
+@dataclass(frozen=True)
+class FileAttributes:
+    """Ownership, mode and extended attributes (such as ``security.capability``) of a
+    file that an image definition sets explicitly."""
+
+    mode: int = 0o755
+    uid: int = 0
+    gid: int = 0
+    xattrs: tuple[tuple[str, bytes], ...] = ()
+
+
 @dataclass
 class ImageSpec:
     name: str  # fully qualified reference, e.g. localhost/kdc/pause:kdc-1
+    root: Path | None = None  # a directory tree (a Debian root) that the entries below overlay
     files: dict[str, Path] = field(default_factory=dict)  # path in image -> host file
     contents: dict[str, bytes] = field(default_factory=dict)  # path in image -> data (0644)
     symlinks: dict[str, str] = field(default_factory=dict)  # path in image -> target
+    directories: tuple[str, ...] = ()  # empty directories the image holds
+    attributes: dict[str, FileAttributes] = field(default_factory=dict)  # path -> attributes
     entrypoint: list[str] = field(default_factory=list)
     env: list[str] = field(default_factory=lambda: ["PATH=/bin:/usr/bin:/sbin:/usr/sbin"])
     user: str = ""  # the image's default user, as a uid ("" for root)
 
 
+def _entry(name: str, **fields: object) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name.lstrip("/"))
+    info.mtime = 0
+    for key, value in fields.items():
+        setattr(info, key, value)
+    return info
+
+
+def _apply(info: tarfile.TarInfo, attributes: FileAttributes | None) -> tarfile.TarInfo:
+    if attributes is not None:
+        info.mode, info.uid, info.gid = attributes.mode, attributes.uid, attributes.gid
+        # Binary values travel as surrogate escapes: tarfile then writes hdrcharset=BINARY.
+        info.pax_headers = {f"SCHILY.xattr.{key}": value.decode("utf-8", "surrogateescape")
+                            for key, value in attributes.xattrs}
+    return info
+
+
+def _add_root(tar: tarfile.TarFile, root: Path, overlaid: set[str]) -> None:
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        name = info.name
+        if name in overlaid or any(name.startswith(p) for p in _ROOT_EXCLUDED):
+            return None
+        info.uname = info.gname = ""  # numeric ids: the host's names mean nothing here
+        return info
+    for child in sorted(os.listdir(root)):
+        tar.add(root / child, arcname=child, filter=keep)
+
+
 def _layer(spec: ImageSpec) -> tuple[bytes, str]:
     """(gzipped layer, diff id of the uncompressed tar)."""
     raw = io.BytesIO()
+    overlay = [*spec.files, *spec.contents, *spec.symlinks, *spec.directories]
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        paths = [*spec.files, *spec.contents, *spec.symlinks]
-        dirs = sorted({str(Path(p).parent).lstrip("/") for p in paths} - {""})
-        for d in [*dirs, "tmp"]:
-            info = tarfile.TarInfo(d)
-            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755, 0
-            tar.addfile(info)
+        if spec.root is not None:
+            _add_root(tar, spec.root, {p.lstrip("/") for p in overlay})
+        parents = {str(Path(p).parent).lstrip("/") for p in overlay} | {"tmp"}
+        parents |= {p.lstrip("/") for p in spec.directories}
+        for d in sorted(parents - {""}):
+            if spec.root is not None and (spec.root / d).is_dir():
+                continue
+            mode = 0o1777 if d == "tmp" else 0o755
+            tar.addfile(_apply(_entry(d, type=tarfile.DIRTYPE, mode=mode),
+                               spec.attributes.get("/" + d)))
         for path, source in sorted(spec.files.items()):
             data = source.read_bytes()
-            info = tarfile.TarInfo(path.lstrip("/"))
-            info.size, info.mode, info.mtime = len(data), 0o755, 0
+            info = _apply(_entry(path, size=len(data), mode=0o755), spec.attributes.get(path))
             tar.addfile(info, io.BytesIO(data))
         for path, data in sorted(spec.contents.items()):
-            info = tarfile.TarInfo(path.lstrip("/"))
-            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            info = _apply(_entry(path, size=len(data), mode=0o644), spec.attributes.get(path))
             tar.addfile(info, io.BytesIO(data))
         for path, target in sorted(spec.symlinks.items()):
-            info = tarfile.TarInfo(path.lstrip("/"))
-            info.type, info.linkname, info.mtime = tarfile.SYMTYPE, target, 0
-            tar.addfile(info)
+            tar.addfile(_entry(path, type=tarfile.SYMTYPE, linkname=target))
     uncompressed = raw.getvalue()
-    compressed = gzip.compress(uncompressed, mtime=0)
+    # A whole root is hundreds of megabytes: the fastest level keeps an image build short.
+    compressed = gzip.compress(uncompressed, compresslevel=1 if spec.root else 9, mtime=0)
     return compressed, "sha256:" + hashlib.sha256(uncompressed).hexdigest()
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from core.errors import SuiteUsageError
-from kubevirtci.local import components, images
+from kubevirtci.local import components, images, kubevirt_node
 
 if TYPE_CHECKING:
     from kubevirtci.local.cluster import LocalCluster
@@ -29,13 +29,23 @@ STANDINS = {"v1.9.0": "kubevirt.io/virt-template-api and -client-go v0.2.0"}
 NONROOT_PASSWD = b"nonroot-user:x:1001:1001:user:/home/nonroot-user:/bin/bash\n"
 
 
-def standin_notes(version: str) -> list[str]:
-    """What the report header says of a build with stand-in modules."""
-    if version not in STANDINS:
-        return []
-    return [f"KubeVirt {version} is built with STAND-IN modules for {STANDINS[version]}, "
-            "which the Go module proxy refuses (kubevirtci/local/build/kubevirt/standin); "
-            "virt-template itself is not deployed"]
+NODE_IMAGES_NOTE = (
+    "KubeVirt's virt-handler and virt-launcher images are assembled on Debian trixie "
+    "(libvirt 11.3, QEMU 10.0) instead of CentOS Stream; libvirt's virtqemud is built from "
+    "Debian's unchanged libvirt source (Debian does not install it) and virt-launcher "
+    "links the Go binding of Debian's libnbd source (the proxy refuses KubeVirt's pin)"
+)
+
+
+def build_notes(version: str) -> list[str]:
+    """What the report header says of how KubeVirt ``version`` was built here."""
+    notes = [NODE_IMAGES_NOTE]
+    if version in STANDINS:
+        notes.append(f"KubeVirt {version} is built with STAND-IN modules for "
+                     f"{STANDINS[version]}, which the Go module proxy refuses "
+                     "(kubevirtci/local/build/kubevirt/standin); virt-template itself is "
+                     "not deployed")
+    return notes
 
 
 def image_name(program: str, version: str) -> str:
@@ -43,9 +53,10 @@ def image_name(program: str, version: str) -> str:
 
 
 def control_plane_images(version: str, bin_dir: Path) -> list[images.ImageSpec]:
-    """virt-operator, virt-api and virt-controller as cmd/<program>/BUILD.bazel builds
-    them: /etc/passwd with the non-root user 1001, /.version, the program in /usr/bin
-    (the operator's image also carries csv-generator), user 1001, on a minimal root."""
+    """virt-operator, virt-api, virt-controller and virt-exportproxy as
+    cmd/<program>/BUILD.bazel builds them: /etc/passwd with the non-root user 1001,
+    /.version, the program in /usr/bin (the operator's image also carries
+    csv-generator), user 1001, on a minimal root."""
     specs = []
     for program in components.KUBEVIRT_CONTROL_PLANE:
         files = {f"/usr/bin/{program}": bin_dir / program}
@@ -92,14 +103,14 @@ def _run(argv: list[str]) -> str:
 
 
 def prepare(cluster: LocalCluster, version: str) -> list[dict[str, Any]]:
-    """Build KubeVirt ``version`` (cached), import its control-plane images into every
-    node and return its operator manifest."""
+    """Build KubeVirt ``version`` (cached), import its images into every node and return
+    its operator manifest."""
     component = components.kubevirt_component(version)
     bin_dir = components.build(component)
-    # Built now so that running the node agents needs no new build (not run here yet).
-    components.build(components.kubevirt_node_component(version))
     for spec in control_plane_images(version, bin_dir):
         key = spec.name.rsplit("/", 1)[-1].replace(":", "-")
         cluster.load_image_archive(cluster.image_archive(key, lambda s=spec: s))
+    for archive in kubevirt_node.image_archives(version, lambda p: image_name(p, version)):
+        cluster.load_image_archive(archive)
     module_dir = components.module_source(component, f"kubevirt.io/kubevirt@{version}")
     return operator_manifest(version, bin_dir, module_dir, cluster.layout.root / "kubevirt")

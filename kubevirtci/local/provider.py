@@ -48,7 +48,7 @@ class LocalProvider(Provider):
         self.installs_kubevirt = kubevirt_version is not None
         if kubevirt_version is not None:
             self.emulated = (EMULATION_NOTE, TCG_NOTE,
-                             *local_kubevirt.standin_notes(kubevirt_version))
+                             *local_kubevirt.build_notes(kubevirt_version))
 
     def up(self) -> None:
         self.started_here = not self.cluster.running()
