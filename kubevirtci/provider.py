@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.profile import GuestImage
 from kubevirtci.capabilities import Capabilities
 
 
@@ -80,6 +81,11 @@ class Provider(ABC):
         """``spec.configuration`` the KubeVirt CR needs on this provider's cluster (the
         installer adds the DRA gates and the NVMe device-plugin path)."""
         return {}
+
+    def guest(self) -> GuestImage | None:
+        """The guest this provider's VMs boot instead of the profile's (None: the
+        profile's): a cluster that pulls from no registry brings its own."""
+        return None
 
     def prepare_device_plugin_devices(self, nodes: list[str]) -> None:
         """Set devices aside for the device-plugin path (where the provider has them)."""

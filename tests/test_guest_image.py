@@ -1,11 +1,15 @@
 """The hermetic guest: a kernel and a busybox initramfs for KubeVirt's kernel boot."""
 
+import dataclasses
 import gzip
 
 import pytest
 
 from core.errors import SuiteUsageError
+from core.profile import load as load_profile
+from fixtures.vms import guest_vmi
 from kubevirtci.local import guest
+from kubevirtci.local.provider import LocalProvider
 
 
 def _cpio_members(archive: bytes) -> dict[str, tuple[int, bytes]]:
@@ -41,3 +45,16 @@ def test_a_kernel_without_the_nvme_driver_built_in_is_refused(tmp_path):
     (modules / "modules.builtin").write_text("kernel/drivers/tty/serial/8250/8250.ko\n")
     with pytest.raises(SuiteUsageError, match="nvme"):
         guest.check_builtin_drivers(tmp_path, "6.12-generic")
+
+
+def test_the_local_provider_boots_its_own_guest_through_kernel_boot(tmp_path):
+    own = LocalProvider(tmp_path, kubevirt_version="v1.9.0").guest()
+    assert own is not None and own.kernel_boot is not None
+    assert own.kernel_boot.image == guest.image_name()
+    profile = dataclasses.replace(load_profile("reference-nvme"), guest=own)
+    vmi = guest_vmi("vm", profile)
+    boot = vmi["spec"]["domain"]["firmware"]["kernelBoot"]
+    assert boot["container"]["image"] == own.kernel_boot.image
+    assert boot["kernelArgs"].startswith("console=ttyS0")
+    assert vmi["spec"]["volumes"] == []  # no disk, no cloud-init: a root shell on ttyS0
+    assert LocalProvider(tmp_path).guest() is None  # without KubeVirt: the profile's

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from core.errors import SuiteUsageError
+from core.profile import GuestImage, KernelBoot
 from kubevirtci.local import components, debian, images
 from kubevirtci.local.debian import RootRecipe
 from kubevirtci.runner import CommandRunner
@@ -89,4 +90,17 @@ def guest_image(name: str, runner: CommandRunner | None = None) -> images.ImageS
 
 
 def _recipe_key() -> str:
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    recipe = hashlib.sha256(Path(__file__).read_bytes())
+    recipe.update(GUEST_ROOT.path.name.encode())
+    return recipe.hexdigest()[:12]
+
+
+def image_name() -> str:
+    return f"localhost/kdc/guest:{_recipe_key()}"
+
+
+def guest() -> GuestImage:
+    """The guest as the suites boot it: a root shell on the console, no login."""
+    return GuestImage(container_disk=None, user="root", password="",
+                      kernel_boot=KernelBoot(image_name(), KERNEL_PATH, INITRD_PATH,
+                                             KERNEL_ARGS))

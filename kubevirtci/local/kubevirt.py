@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from core.errors import SuiteUsageError
-from kubevirtci.local import components, images, kubevirt_node
+from kubevirtci.local import components, guest, images, kubevirt_node
 
 if TYPE_CHECKING:
     from kubevirtci.local.cluster import LocalCluster
@@ -112,5 +112,8 @@ def prepare(cluster: LocalCluster, version: str) -> list[dict[str, Any]]:
         cluster.load_image_archive(cluster.image_archive(key, lambda s=spec: s))
     for archive in kubevirt_node.image_archives(version, lambda p: image_name(p, version)):
         cluster.load_image_archive(archive)
+    guest_image = guest.image_name()
+    cluster.load_image_archive(cluster.image_archive(
+        guest_image.rsplit("/", 1)[-1].replace(":", "-"), lambda: guest.guest_image(guest_image)))
     module_dir = components.module_source(component, f"kubevirt.io/kubevirt@{version}")
     return operator_manifest(version, bin_dir, module_dir, cluster.layout.root / "kubevirt")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from kubevirtci.local import components, debian, images
 from kubevirtci.local.debian import RootRecipe
-from kubevirtci.runner import CommandRunner
+from kubevirtci.runner import CommandRunner, StreamingRunner, check
 
 # The programs and libraries a launcher's build links against, and libvirt's build.
 BUILD_ROOT = RootRecipe(
@@ -47,6 +47,12 @@ HANDLER_ROOT = RootRecipe("virt-handler", (
     "qemu-utils", "findutils", "iproute2", "nftables", "procps", "tar", "util-linux",
     "xorriso", "acl", "curl", "vim-tiny",
 ))
+# libvirt's Go binding before v1.12 and libnbd's (Debian's 1.22) both export the cgo
+# symbol freeCallbackId, so KubeVirt 1.8's virt-launcher does not link against Debian's
+# libnbd; libvirt's binding renamed it in v1.12 (virGoFreeCallbackId), the one KubeVirt
+# 1.9 requires. Its API only grows between releases. The checksum database does not hold
+# that version: its hashes come from the go.sum of the KubeVirt release that requires it.
+LAUNCHER_MODULE_UPGRADES = {"v1.8.4": {"libvirt.org/go/libvirt": ("v1.12003.0", "v1.9.0")}}
 LAUNCHER_PROGRAMS = ("virt-launcher", "virt-launcher/libvirt-hook-client")
 # The programs the launcher image carries in /usr/bin besides virt-launcher.
 LAUNCHER_HELPERS = ("virt-freezer", "virt-launcher-monitor", "virt-probe", "virt-tail")
@@ -119,12 +125,25 @@ def launcher_programs(version: str, runner: CommandRunner | None = None) -> Path
     # KubeVirt's go.mod pins libnbd to a commit the proxy refuses; the build module's
     # go.mod points it at a placeholder. A copy (-modfile) points it at Debian's binding.
     modfile = work / "launcher.mod"
+    upgrades = LAUNCHER_MODULE_UPGRADES.get(version, {})
+    extra = "".join(f"replace {module} => {module} {pinned}\n"
+                    for module, (pinned, _) in upgrades.items())
     modfile.write_text(re.sub(r"(libguestfs\.org/libnbd => ).*", rf"\g<1>{binding}",
-                              (module_dir / "go.mod").read_text()))
-    shutil.copy2(module_dir / "go.sum", work / "launcher.sum")
+                              (module_dir / "go.mod").read_text()) + extra)
+    sums = (module_dir / "go.sum").read_text()
+    for module, (pinned, release) in upgrades.items():
+        vouching = (module_dir.parent / release / "go.sum").read_text().splitlines()
+        sums += "".join(f"{line}\n" for line in vouching
+                        if line.startswith((f"{module} {pinned} ", f"{module} {pinned}/")))
+    (work / "launcher.sum").write_text(sums)
     staging = bin_dir.with_name("bin.partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
+    # Modules are fetched here, with this host's network and trust store; the build root
+    # only reads the module cache (GOPROXY=off).
+    check((runner or StreamingRunner()).run(
+        ["go", "mod", "download", f"-modfile={modfile}"], cwd=module_dir,
+        label="go mod download"), "check that the Go module proxy is reachable")
     go_env = _go_env()
     packages = " ".join(f"kubevirt.io/kubevirt/cmd/{p}" for p in LAUNCHER_PROGRAMS)
     module = components.module_source(control_plane, f"kubevirt.io/kubevirt@{version}")
@@ -141,7 +160,7 @@ gcc -static -O2 -o {shlex.quote(str(staging))}/container-disk \
 """, binds=[Path(go_env["GOROOT"]), Path(go_env["GOMODCACHE"]), Path(go_env["GOCACHE"]),
             module_dir.parents[1], bin_dir.parent],
         env={**go_env, "PATH": f"{go_env['GOROOT']}/bin:/usr/bin:/bin", "CGO_ENABLED": "1",
-             "GOFLAGS": "-mod=mod"},
+             "GOFLAGS": "-mod=mod", "GOPROXY": "off"},
         runner=runner, label="build virt-launcher")
     shutil.rmtree(bin_dir, ignore_errors=True)
     staging.rename(bin_dir)
@@ -150,8 +169,7 @@ gcc -static -O2 -o {shlex.quote(str(staging))}/container-disk \
 
 
 def _go_env() -> dict[str, str]:
-    keys = ("GOROOT", "GOMODCACHE", "GOCACHE", "GOPROXY", "GOSUMDB", "GONOSUMDB",
-            "GOTOOLCHAIN")
+    keys = ("GOROOT", "GOMODCACHE", "GOCACHE", "GOTOOLCHAIN")
     values = subprocess.run(["go", "env", *keys], capture_output=True, text=True,
                             check=True).stdout.splitlines()
     return {key: value for key, value in zip(keys, values, strict=True) if value}

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import SuiteUsageError
+from core.profile import GuestImage
 from kubevirtci.capabilities import Capabilities, Capability
 from kubevirtci.kubevirt_install import supports_virt_template_switch
+from kubevirtci.local import guest as local_guest
 from kubevirtci.local import kubevirt as local_kubevirt
 from kubevirtci.local.cluster import LocalCluster
 from kubevirtci.provider import Node, Provider
@@ -89,6 +91,10 @@ class LocalProvider(Provider):
                     "`kdc-cluster load-image ARCHIVE` with the image's OCI or `docker save` "
                     "archive",
                 )
+
+    def guest(self) -> GuestImage | None:
+        """Built here (kubevirtci/local/guest.py) and imported with KubeVirt's images."""
+        return local_guest.guest() if self.installs_kubevirt else None
 
     def kubevirt_operator_manifest(self, version: str) -> list[dict[str, Any]]:
         """Built here from KubeVirt's module, its images imported into every node."""
