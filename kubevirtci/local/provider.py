@@ -1,7 +1,7 @@
 """The ``local`` provider: the hermetic cluster of this package. Real control plane,
 kubelet, kube-proxy and containerd with CDI on nodes that are machines of their own; the
-NVMe hardware is EMULATED. KubeVirt's control plane is the real one, built here from its
-module; its node agents do not run here yet."""
+NVMe hardware is EMULATED. KubeVirt is the real one, built here from its module, with
+virt-handler on every node; its VMs do not start here yet."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ NO_KUBEVIRT = (
     "control plane here, or use --provider kubevirtci or --provider existing"
 )
 NO_NODE_AGENTS = (
-    "KubeVirt's node agents (virt-handler, virt-launcher) do not run on the hermetic "
-    "cluster yet: no VM starts here"
+    "VMs do not start on the hermetic cluster yet: virt-handler runs on every node, but "
+    "the nodes report no ephemeral-storage, which every virt-launcher pod requests"
 )
 TCG_NOTE = ("KubeVirt runs QEMU with TCG (developerConfiguration.useEmulation): this "
             "host's KVM cannot boot a stock kernel and no node has /dev/kvm")
