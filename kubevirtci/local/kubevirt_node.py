@@ -122,20 +122,7 @@ def launcher_programs(version: str, runner: CommandRunner | None = None) -> Path
     work = bin_dir.parent / "work"
     binding = debian.fetch_source(build_root, libnbd_source, libnbd, work, runner) / "golang"
     module_dir = control_plane.module_dir
-    # KubeVirt's go.mod pins libnbd to a commit the proxy refuses; the build module's
-    # go.mod points it at a placeholder. A copy (-modfile) points it at Debian's binding.
-    modfile = work / "launcher.mod"
-    upgrades = LAUNCHER_MODULE_UPGRADES.get(version, {})
-    extra = "".join(f"replace {module} => {module} {pinned}\n"
-                    for module, (pinned, _) in upgrades.items())
-    modfile.write_text(re.sub(r"(libguestfs\.org/libnbd => ).*", rf"\g<1>{binding}",
-                              (module_dir / "go.mod").read_text()) + extra)
-    sums = (module_dir / "go.sum").read_text()
-    for module, (pinned, release) in upgrades.items():
-        vouching = (module_dir.parent / release / "go.sum").read_text().splitlines()
-        sums += "".join(f"{line}\n" for line in vouching
-                        if line.startswith((f"{module} {pinned} ", f"{module} {pinned}/")))
-    (work / "launcher.sum").write_text(sums)
+    modfile = _launcher_modfile(version, module_dir, binding, work)
     staging = bin_dir.with_name("bin.partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -166,6 +153,26 @@ gcc -static -O2 -o {shlex.quote(str(staging))}/container-disk \
     staging.rename(bin_dir)
     shutil.rmtree(work)
     return bin_dir
+
+
+def _launcher_modfile(version: str, module_dir: Path, binding: Path, work: Path) -> Path:
+    """A copy of the build module's go.mod (for ``-modfile``) and its go.sum: KubeVirt's
+    go.mod pins libnbd to a commit the proxy refuses and the build module points it at a
+    placeholder; the copy points it at Debian's binding and applies the release's
+    LAUNCHER_MODULE_UPGRADES, with hashes from the go.sum of the release that vouches."""
+    upgrades = LAUNCHER_MODULE_UPGRADES.get(version, {})
+    extra = "".join(f"replace {module} => {module} {pinned}\n"
+                    for module, (pinned, _) in upgrades.items())
+    modfile = work / "launcher.mod"
+    modfile.write_text(re.sub(r"(libguestfs\.org/libnbd => ).*", rf"\g<1>{binding}",
+                              (module_dir / "go.mod").read_text()) + extra)
+    sums = (module_dir / "go.sum").read_text()
+    for module, (pinned, release) in upgrades.items():
+        vouching = (module_dir.parent / release / "go.sum").read_text().splitlines()
+        sums += "".join(f"{line}\n" for line in vouching
+                        if line.startswith((f"{module} {pinned} ", f"{module} {pinned}/")))
+    (work / "launcher.sum").write_text(sums)
+    return modfile
 
 
 def _go_env() -> dict[str, str]:
