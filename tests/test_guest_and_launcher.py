@@ -1,5 +1,6 @@
 import pytest
 
+from fixtures import artifacts
 from fixtures.guest import ConsoleSession, GuestCommandFailed
 from fixtures.launcher import hostdev_sources, metadata_dir, pci_resource_env_name
 
@@ -83,3 +84,34 @@ def test_metadata_stream_yields_the_newest_version_first():
     stream = ('{"apiVersion": "metadata.resource.k8s.io/v1beta1", "requests": []}\n'
               '{"apiVersion": "metadata.resource.k8s.io/v1alpha1", "requests": []}\n')
     assert first_metadata_object(stream)["apiVersion"] == "metadata.resource.k8s.io/v1beta1"
+
+
+class _VMKube:
+    """A namespace with one launcher pod on node01, and virt-handler on both nodes."""
+
+    def __init__(self) -> None:
+        self.execs: list[list[str]] = []
+
+    def list(self, kind, namespace=None, label_selector=None):
+        if kind != "Pod":
+            return []
+        if label_selector == "kubevirt.io=virt-handler":
+            return [{"metadata": {"name": f"virt-handler-{n}", "namespace": "kubevirt"},
+                     "spec": {"nodeName": n}} for n in ("node02", "node01")]
+        return [{"metadata": {"name": "virt-launcher-vm-abc", "namespace": "ns", "labels": {
+            "kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm"}},
+            "spec": {"nodeName": "node01", "containers": [{"name": "compute"}]}}]
+
+    def logs(self, pod, namespace, container=None, tail=500):
+        return f"log of {namespace}/{pod}/{container}"
+
+    def exec(self, pod, namespace, container, command):
+        self.execs.append(command)
+        return " ".join(command)
+
+
+def test_a_failed_vm_test_keeps_libvirts_domain_log_and_its_nodes_virt_handler_log():
+    out = artifacts.collect(_VMKube(), "ns", None)
+    assert out["libvirt-vm.log"] == "cat /var/run/kubevirt-private/libvirt/qemu/log/ns_vm.log"
+    assert out["virt-handler-node01.txt"] == "log of kubevirt/virt-handler-node01/virt-handler"
+    assert out["domain-vm.xml"] == "virsh dumpxml ns_vm"

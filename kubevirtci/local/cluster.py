@@ -11,6 +11,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -262,16 +263,24 @@ class LocalCluster:
             raise SuiteUsageError(f"no image archive at {archive}",
                                   "pass the path of an OCI or `docker save` tarball")
         wanted = images.archive_images(archive)
-        changed = []
-        for node in self.nodes():
+
+        def import_into(node: HermeticNode) -> tuple[bool, bool]:
+            """(imported, an older content of the image was there)."""
             held = node.image_digests()
             if wanted and all(held.get(name) == digest for name, digest in wanted.items()):
-                continue
+                return False, False
             node.import_image(archive)
-            changed.append(node.name)
-            if any(name in held for name in wanted):
+            return True, any(name in held for name in wanted)
+
+        nodes = self.nodes()
+        # Nodes import at once: unpacking is most of the time for a large image.
+        with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
+            outcomes = list(pool.map(import_into, nodes))
+        for node, (_, replaced) in zip(nodes, outcomes, strict=True):
+            if replaced:
                 self._replace_pods_running(set(wanted), node.name)
-        return changed
+        return [node.name for node, (imported, _) in zip(nodes, outcomes, strict=True)
+                if imported]
 
     def _replace_pods_running(self, image_names: set[str], node: str) -> None:
         kube = self.kube()
