@@ -14,6 +14,7 @@ configuration, at exactly the version of the image's libvirt."""
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shlex
 import shutil
@@ -23,9 +24,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from core.errors import SuiteUsageError
 from kubevirtci.local import components, debian, images
 from kubevirtci.local.debian import RootRecipe
-from kubevirtci.runner import CommandRunner, StreamingRunner, check
+from kubevirtci.runner import CommandRunner
 
 # The programs and libraries a launcher's build links against, and libvirt's build.
 BUILD_ROOT = RootRecipe(
@@ -126,13 +128,16 @@ def launcher_programs(version: str, runner: CommandRunner | None = None) -> Path
     staging = bin_dir.with_name("bin.partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    # Modules are fetched here, with this host's network and trust store; the build root
-    # only reads the module cache (GOPROXY=off).
-    check((runner or StreamingRunner()).run(
-        ["go", "mod", "download", f"-modfile={modfile}"], cwd=module_dir,
-        label="go mod download"), "check that the Go module proxy is reachable")
+    packages = [f"kubevirt.io/kubevirt/cmd/{p}" for p in LAUNCHER_PROGRAMS]
+    # The modules these packages need are fetched here, with this host's network and trust
+    # store (listing them downloads them); the build root only reads the module cache.
+    listed = subprocess.run(["go", "list", f"-modfile={modfile}", "-mod=mod", "-deps",
+                             *packages], env={**os.environ, "CGO_ENABLED": "1"},
+                            cwd=module_dir, capture_output=True, text=True, check=False)
+    if listed.returncode != 0:
+        raise SuiteUsageError(f"cannot fetch virt-launcher's modules: {listed.stderr[-600:]}",
+                              "check that the Go module proxy is reachable")
     go_env = _go_env()
-    packages = " ".join(f"kubevirt.io/kubevirt/cmd/{p}" for p in LAUNCHER_PROGRAMS)
     module = components.module_source(control_plane, f"kubevirt.io/kubevirt@{version}")
     sys.stderr.write(f"[build] virt-launcher {version} against trixie's libvirt and libnbd "
                      "(minutes when cold)\n")
@@ -140,7 +145,8 @@ def launcher_programs(version: str, runner: CommandRunner | None = None) -> Path
     debian.run_in_root(build_root, f"""
 cd {shlex.quote(str(module_dir))}
 go build -modfile={shlex.quote(str(modfile))} -trimpath \
-  -ldflags {shlex.quote(control_plane.ldflags)} -o {shlex.quote(str(staging))}/ {packages} \
+  -ldflags {shlex.quote(control_plane.ldflags)} -o {shlex.quote(str(staging))}/ \
+  {" ".join(packages)} \
   >{log} 2>&1 || {{ grep -v -e warning: -e note: -e '^ *[0-9]* |' {log} | tail -40; exit 1; }}
 gcc -static -O2 -o {shlex.quote(str(staging))}/container-disk \
   {shlex.quote(str(module / "cmd/container-disk-v2alpha/main.c"))}
