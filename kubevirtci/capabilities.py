@@ -28,6 +28,8 @@ class Capability(StrEnum):
     GUEST_ACCESS = "guest-access"  # commands can be run inside a VM guest
     NODE_ACCESS = "node-access"  # commands can be run on a node
     VFIO = "vfio"  # real VFIO passthrough (a PCI bus and an IOMMU)
+    # PCI host devices reach VMs (through real VFIO, or the hermetic cluster's emulated hop)
+    HOST_DEVICE_VMS = "host-device-vms"
     DRIVER_PLUGIN_SOCKET = "driver-plugin-socket"  # kubelet plugin socket reachable
     TWO_DEVICES_PER_NODE = "two-devices-per-node"
 

@@ -30,6 +30,7 @@ class ExistingProvider(Provider):
         caps.deny(Capability.DRIVER_PLUGIN_SOCKET, reason)
         caps.grant(Capability.GUEST_ACCESS)
         caps.grant(Capability.VFIO)  # a real cluster's hostdevs are real; KubeVirt checks them
+        caps.grant(Capability.HOST_DEVICE_VMS)
         return caps
 
     def node(self, name: str) -> Node:

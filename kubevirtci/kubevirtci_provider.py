@@ -159,7 +159,7 @@ class KubevirtciProvider(Provider):
     def declared_capabilities(self) -> Capabilities:
         caps = Capabilities()
         for cap in (Capability.NODE_ACCESS, Capability.GUEST_ACCESS, Capability.VFIO,
-                    Capability.DRIVER_PLUGIN_SOCKET):
+                    Capability.HOST_DEVICE_VMS, Capability.DRIVER_PLUGIN_SOCKET):
             caps.grant(cap)
         return caps
 

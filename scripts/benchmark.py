@@ -4,7 +4,9 @@ the run output folder; never a timed assertion.
     python scripts/benchmark.py [--runs N] [--skip-parallel]
 
 Measures: hermetic cluster ready from cached binaries (target <= 30 s), KubeVirt's
-build (cold or cached) and its control plane ready from cached images (<= 90 s), cluster RSS
+build (cold or cached), its control plane ready from cached images (<= 90 s), KubeVirt
+Available (<= 120 s), a plain VM to a console answer (<= 30 s) and a stop/start cycle,
+cluster RSS
 (<= 3 GiB), full hermetic conformance run (<= 30 min), -n 2 speed-up (>= 1.5x),
 per-test fixture overhead (median <= 2 s), flakes over N consecutive runs (0) and what
 teardown leaves behind (nothing)."""
@@ -12,6 +14,7 @@ teardown leaves behind (nothing)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -24,9 +27,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from core.kube import Kube, load_api_client  # noqa: E402
+from core.profile import load as load_profile  # noqa: E402
+from core.timeouts import Timeout  # noqa: E402
+from core.waits import has_condition, wait_for  # noqa: E402
+from fixtures import vms  # noqa: E402
+from fixtures.guest import SerialConsoleGuestAccess  # noqa: E402
 from fixtures.options import DEFAULT_KUBEVIRT_VERSION  # noqa: E402
-from kubevirtci.kubevirt_install import KubeVirtInstaller  # noqa: E402
+from kubevirtci.kubevirt_install import CR_NAME, KubeVirtInstaller  # noqa: E402
 from kubevirtci.local import components  # noqa: E402
+from kubevirtci.local import guest as local_guest  # noqa: E402
+from kubevirtci.local import kubevirt as local_kubevirt  # noqa: E402
 from kubevirtci.local.cluster import LocalCluster  # noqa: E402
 from kubevirtci.local.provider import LocalProvider  # noqa: E402
 
@@ -45,14 +55,45 @@ def cluster_rss_bytes(cluster: LocalCluster) -> int:
     return total
 
 
-def kubevirt_control_plane_ready(cluster: LocalCluster, version: str) -> float:
-    """Seconds from applying the operator manifest (images cached) to virt-operator,
-    virt-api and virt-controller available."""
+def kubevirt_ready(cluster: LocalCluster, kube: Kube, version: str) -> dict[str, float]:
+    """Seconds from applying the operator manifest (images cached, then imported) to
+    virt-operator, virt-api and virt-controller available, and to KubeVirt Available
+    (virt-handler ready on every node)."""
     provider = LocalProvider(OUT, cluster=cluster, kubevirt_version=version)
-    kube = Kube(load_api_client(cluster.layout.admin_kubeconfig, None), "benchmark")
     start = time.monotonic()
     KubeVirtInstaller(kube, version, provider, await_node_agents=False).install()
-    return round(time.monotonic() - start, 1)
+    control_plane = time.monotonic() - start
+    wait_for(kube, "KubeVirt", CR_NAME, local_kubevirt.NAMESPACE,
+             lambda o: has_condition(o, "Available"), Timeout.KUBEVIRT_AVAILABLE,
+             "KubeVirt Available")
+    return {"kubevirt_control_plane_ready_seconds": round(control_plane, 1),
+            "kubevirt_available_seconds": round(time.monotonic() - start, 1)}
+
+
+def vm_timings(kube: Kube) -> dict[str, float]:
+    """A plain VM of the local guest: seconds from create to a command answered on its
+    console, and of a stop/start cycle back to a console answer."""
+    namespace = f"kdc-benchmark-{kube.run_id}"
+    guest = local_guest.guest()
+    profile = dataclasses.replace(load_profile("reference-nvme"), guest=guest)
+    console = SerialConsoleGuestAccess(kube.api_client, guest.user, guest.password)
+    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    try:
+        start = time.monotonic()
+        kube.create({**vms.guest_vm("vm", profile), "metadata": {
+            "name": "vm", "namespace": namespace}})
+        vms.running(kube, "vm", namespace)
+        console.run("vm", namespace, "true")
+        boot = time.monotonic() - start
+        start = time.monotonic()
+        vms.stop(kube, "vm", namespace)
+        vms.start(kube, "vm", namespace)
+        vms.running(kube, "vm", namespace)
+        console.run("vm", namespace, "true")
+        return {"vm_console_seconds": round(boot, 1),
+                "vm_stop_start_seconds": round(time.monotonic() - start, 1)}
+    finally:
+        kube.delete("Namespace", namespace)
 
 
 def host_state() -> dict[str, list[str]]:
@@ -116,6 +157,7 @@ def main() -> int:
     start = time.monotonic()
     cluster.up()
     ready = round(time.monotonic() - start, 1)
+    kube = Kube(load_api_client(cluster.layout.admin_kubeconfig, None), "benchmark")
     kubevirt = components.kubevirt_component(DEFAULT_KUBEVIRT_VERSION)
     kubevirt_cold = not kubevirt.cached()
     start = time.monotonic()
@@ -126,8 +168,8 @@ def main() -> int:
         "kubevirt_build_seconds": round(time.monotonic() - start, 1),
         "kubevirt_build_was_cold": kubevirt_cold,
         "cluster_ready_seconds": ready,
-        "kubevirt_control_plane_ready_seconds": kubevirt_control_plane_ready(
-            cluster, DEFAULT_KUBEVIRT_VERSION),
+        **kubevirt_ready(cluster, kube, DEFAULT_KUBEVIRT_VERSION),
+        **vm_timings(kube),
         "cluster_rss_bytes": cluster_rss_bytes(cluster),
     }
     runs = [conformance_run(f"serial-{i}", 0) for i in range(args.runs)]
@@ -153,6 +195,10 @@ def main() -> int:
           f"({'cold' if kubevirt_cold else 'from cache'})")
     print(f"KubeVirt control plane ready: {results['kubevirt_control_plane_ready_seconds']} s "
           "(virt-operator, virt-api, virt-controller from cached images; target <= 90)")
+    print(f"KubeVirt Available: {results['kubevirt_available_seconds']} s "
+          "(virt-handler ready on every node; target <= 120)")
+    print(f"plain VM to a console answer: {results['vm_console_seconds']} s (target <= 30); "
+          f"stop/start cycle: {results['vm_stop_start_seconds']} s")
     print(f"cluster RSS: {gib:.2f} GiB (target <= 3)")
     print(f"full conformance run: {runs[0]['seconds']} s (target <= 1800)")
     print(f"median per-test time: {results['median_test_seconds']} s "

@@ -41,6 +41,14 @@ def test_console_session_logs_in_and_returns_command_output():
     assert session.run("cat /sys/bus/pci/devices/*/vendor") == "1b36:0010\n"
 
 
+@pytest.mark.parametrize("prompt", ["# \x1b[6n", "[fedora@vm ~]$ \x1b[?2004h"])
+def test_a_prompt_followed_by_terminal_sequences_is_still_a_prompt(prompt):
+    console = ScriptedConsole(logged_in=True)
+    console.pending = f"BusyBox built-in shell (ash)\r\n{prompt}"
+    ConsoleSession(console, "root", "").login()
+    assert console.sent == ["\n"]  # a shell already: no user name typed
+
+
 def test_console_session_reports_a_failing_command_with_its_exit_code():
     session = ConsoleSession(ScriptedConsole(logged_in=True), "u", "p")
     with pytest.raises(GuestCommandFailed, match="exited 3"):

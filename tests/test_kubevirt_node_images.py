@@ -65,8 +65,8 @@ def test_the_launcher_image_overlays_kubevirts_files_on_the_debian_root(tmp_path
     assert passwd[0] == "qemu:x:107:107::/home/qemu:/bin/bash"
     assert "debian-user:x:64055:64055::/:/bin/false" in passwd  # Debian's own stay
     assert b'\nuri_default = "qemu:///system"' in spec.contents["/etc/libvirt/libvirt.conf"]
-    hook = members["etc/libvirt/hooks/qemu"]
-    assert (hook.uid, hook.gid, hook.mode) == (107, 107, 0o755)
+    for hook in (members["etc/libvirt/hooks/qemu"], members["etc/libvirt/hooks"]):
+        assert (hook.uid, hook.gid, hook.mode) == (107, 107, 0o755)
     for program in ("virt-launcher", "container-disk", "node-labeller.sh", "virt-probe"):
         assert f"usr/bin/{program}" in members
     assert "usr/sbin/virtqemud" in members and "usr/lib64/qemu-kvm" in members

@@ -62,7 +62,9 @@ def test_local_provider_declares_what_it_emulates_and_lacks(tmp_path):
     caps = provider.declared_capabilities()
     assert caps.has(Capability.NODE_ACCESS) and caps.has(Capability.DRIVER_PLUGIN_SOCKET)
     assert "emulated" in caps.reason_missing(Capability.VFIO)
-    assert "ephemeral-storage" in caps.reason_missing(Capability.RUNNING_VMS)
+    assert "VFIO hop" in caps.reason_missing(Capability.HOST_DEVICE_VMS)
+    assert Capability.RUNNING_VMS not in caps.missing  # discovered: KubeVirt Available
+    assert caps.has(Capability.GUEST_ACCESS)
     assert Capability.KUBEVIRT not in caps.missing  # discovered from the cluster
     assert any("EMULATED" in note for note in provider.emulated)
     assert any("TCG" in note for note in provider.emulated)

@@ -269,8 +269,14 @@ class LocalCluster:
             held = node.image_digests()
             if wanted and all(held.get(name) == digest for name, digest in wanted.items()):
                 return False, False
+            older = [name for name in wanted if name in held]
+            if older:
+                # An import over an existing name keeps the record's CRI labels, so the
+                # CRI never records the new content's image id, and image volumes of it
+                # (KubeVirt's kernel boot, its launcher volume) fail to mount: start anew.
+                node.remove_images(older)
             node.import_image(archive)
-            return True, any(name in held for name in wanted)
+            return True, bool(older)
 
         nodes = self.nodes()
         # Nodes import at once: unpacking is most of the time for a large image.

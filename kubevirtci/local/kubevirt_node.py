@@ -233,6 +233,9 @@ def launcher_image(name: str, version: str, root: Path, module: Path, node_bin: 
                   **{f"/usr/share/OVMF/{name}": target for name, target in OVMF_LINKS.items()}},
         directories=("/usr/lib64/qemu-kvm",),
         attributes={
+            # qemu-hook-tar's owner: virt-launcher (user 107) replaces the hook with
+            # libvirt-hook-client when LibvirtHooksServerAndClient is on (beta, default).
+            "/etc/libvirt/hooks": images.FileAttributes(uid=QEMU_UID, gid=QEMU_UID),
             "/etc/libvirt/hooks/qemu": images.FileAttributes(uid=QEMU_UID, gid=QEMU_UID),
             "/usr/bin/virt-launcher-monitor": images.FileAttributes(xattrs=(
                 ("security.capability", _file_capability(CAP_NET_BIND_SERVICE)),)),

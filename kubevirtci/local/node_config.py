@@ -120,7 +120,7 @@ def kubelet_config(node: NodeAddress) -> dict[str, object]:
         "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
                          "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-        "localStorageCapacityIsolation": False,
+        "localStorageCapacityIsolation": True,
         "maxPods": 60, "registerNode": True, "serializeImagePulls": False,
         "resolvConf": "", "clusterDomain": CLUSTER_DOMAIN,
         "fileCheckFrequency": "5s", "syncFrequency": "10s",

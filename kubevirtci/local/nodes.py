@@ -125,6 +125,9 @@ class HermeticNode(Node):
         rows = self.run([*self.ctr(), "images", "ls"]).splitlines()[1:]
         return {ref: digest for ref, _, digest, *_ in (row.split() for row in rows if row)}
 
+    def remove_images(self, names: list[str]) -> None:
+        self.run([*self.ctr(), "images", "rm", *names])
+
     def import_image(self, archive: Path) -> None:
         """``ctr images import`` from the archive streamed in, as ``kind load`` does."""
         self.run([*self.ctr(), "images", "import", "--local", "-"], stdin=archive.read_bytes())

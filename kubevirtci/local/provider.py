@@ -1,7 +1,7 @@
 """The ``local`` provider: the hermetic cluster of this package. Real control plane,
 kubelet, kube-proxy and containerd with CDI on nodes that are machines of their own; the
 NVMe hardware is EMULATED. KubeVirt is the real one, built here from its module, with
-virt-handler on every node; its VMs do not start here yet."""
+virt-handler on every node and VMs under QEMU TCG; host devices do not reach them yet."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ NO_KUBEVIRT = (
     "KubeVirt is not installed (--without-kubevirt); run without it to deploy KubeVirt's "
     "control plane here, or use --provider kubevirtci or --provider existing"
 )
-NO_NODE_AGENTS = (
-    "VMs do not start on the hermetic cluster yet: virt-handler runs on every node, but "
-    "the nodes report no ephemeral-storage, which every virt-launcher pod requests"
+NO_HOST_DEVICES = (
+    "PCI host devices do not reach hermetic VMs yet: the VFIO hop is not emulated (QEMU "
+    "needs an IOMMU and vfio-pci) and KubeVirt's device plugin finds no emulated function"
 )
 TCG_NOTE = ("KubeVirt runs QEMU with TCG (developerConfiguration.useEmulation): this "
             "host's KVM cannot boot a stock kernel and no node has /dev/kvm")
@@ -64,11 +64,15 @@ class LocalProvider(Provider):
         caps.grant(Capability.NODE_ACCESS)
         caps.grant(Capability.DRIVER_PLUGIN_SOCKET)
         caps.deny(Capability.VFIO, "PCI is emulated here: no IOMMU or VFIO on this host")
-        for cap in (Capability.RUNNING_VMS, Capability.GUEST_ACCESS,
-                    Capability.DEVICE_PLUGIN_NVME):
-            caps.deny(cap, NO_NODE_AGENTS if self.installs_kubevirt else NO_KUBEVIRT)
-        if not self.installs_kubevirt:
+        for cap in (Capability.HOST_DEVICE_VMS, Capability.DEVICE_PLUGIN_NVME):
+            caps.deny(cap, NO_HOST_DEVICES if self.installs_kubevirt else NO_KUBEVIRT)
+        if self.installs_kubevirt:
+            # Running VMs are discovered (KubeVirt Available); the guest is this
+            # provider's own, a shell on the console.
+            caps.grant(Capability.GUEST_ACCESS)
+        else:
             for cap in (Capability.KUBEVIRT, Capability.KUBEVIRT_DRA_GATES,
+                        Capability.RUNNING_VMS, Capability.GUEST_ACCESS,
                         Capability.LAUNCHER_METADATA, Capability.KUBEVIRT_DEVICE_STATUS,
                         Capability.PERSISTENT_DRA_CLAIMS):
                 caps.deny(cap, NO_KUBEVIRT)
