@@ -65,6 +65,8 @@ def test_local_provider_declares_what_it_emulates_and_lacks(tmp_path):
     assert "VFIO hop" in caps.reason_missing(Capability.HOST_DEVICE_VMS)
     assert Capability.RUNNING_VMS not in caps.missing  # discovered: KubeVirt Available
     assert caps.has(Capability.GUEST_ACCESS)
+    older = LocalProvider(tmp_path, kubevirt_version="v1.8.4").declared_capabilities()
+    assert "node labeller" in older.reason_missing(Capability.RUNNING_VMS)
     assert Capability.KUBEVIRT not in caps.missing  # discovered from the cluster
     assert any("EMULATED" in note for note in provider.emulated)
     assert any("TCG" in note for note in provider.emulated)
