@@ -22,6 +22,7 @@ from kubevirtci.runner import CommandRunner, StreamingRunner, check
 # libvirt 11.3 and QEMU 10.0: the generation KubeVirt 1.9 is built and tested with.
 SUITE = "trixie"
 MIRROR = "http://deb.debian.org/debian"
+DEBIAN_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(frozen=True)
@@ -58,9 +59,8 @@ def build_root(recipe: RootRecipe, runner: CommandRunner | None = None) -> Path:
     result = runner.run(argv, label=f"debian {recipe.name}")
     if result.returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)
-    check(result, f"check that {MIRROR} serves {recipe.suite} (`apt-get -o "
-                  "Dir::Etc::SourceList=/dev/null update` must not be needed: mmdebstrap "
-                  "reads the archive itself) and that `mmdebstrap` is installed")
+    check(result, f"check that {MIRROR} serves {recipe.suite} (mmdebstrap reads the archive "
+                  "itself, with its own apt configuration) and that `mmdebstrap` is installed")
     staging.rename(recipe.path)
     return recipe.path
 
@@ -73,8 +73,7 @@ def run_in_root(root: Path, script: str, binds: Sequence[Path] = (), env: dict[s
     for path in binds:
         (root / str(path).lstrip("/")).mkdir(parents=True, exist_ok=True)
         mounts.append(f'mount --bind {shlex.quote(str(path))} "$ROOT"{shlex.quote(str(path))}')
-    environment = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                   "HOME=/root", "LC_ALL=C.UTF-8",
+    environment = [DEBIAN_PATH, "HOME=/root", "LC_ALL=C.UTF-8",
                    *(f"{k}={v}" for k, v in (env or {}).items())]
     outer = " && ".join([*mounts, 'exec chroot "$ROOT" env -i "$@"'])
     argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", outer, "sh",

@@ -241,7 +241,7 @@ def launcher_image(name: str, version: str, root: Path, module: Path, node_bin: 
                 ("security.capability", _file_capability(CAP_NET_BIND_SERVICE)),)),
         },
         entrypoint=["/usr/bin/virt-launcher"], user=str(QEMU_UID),
-        env=["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+        env=[debian.DEBIAN_PATH],
     )
 
 
@@ -258,7 +258,7 @@ def handler_image(name: str, version: str, root: Path, module: Path, node_bin: P
                   "/etc/nsswitch.conf": (module / "cmd/virt-handler/nsswitch.conf").read_bytes()},
         attributes={"/usr/bin/passt-repair": images.FileAttributes(mode=0o744)},
         entrypoint=["/usr/bin/virt-handler"],
-        env=["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+        env=[debian.DEBIAN_PATH],
     )
 
 
