@@ -7,7 +7,24 @@ import struct
 import tarfile
 from pathlib import Path
 
+import pytest
+
+from core.errors import SuiteUsageError
 from kubevirtci.local import components, debian, images, kubevirt_node
+
+# The shape of cmd/virt-launcher/BUILD.bazel's image rules (v1.9.0 sets the user).
+LAUNCHER_BUILD = """oci_image(
+    name = "version-container",
+    base = "//rpm:launcherbase",
+)
+
+oci_image(
+    name = "virt-launcher-image",
+    base = ":version-container",
+    entrypoint = ["/usr/bin/virt-launcher"],
+    user = "{user}",
+)
+"""
 
 
 def _fake_tree(tmp_path: Path) -> dict[str, Path]:
@@ -28,6 +45,7 @@ def _fake_tree(tmp_path: Path) -> dict[str, Path]:
                  "virt-launcher/virtqemud.conf", "virt-handler/nsswitch.conf"):
         (module / "cmd" / name).parent.mkdir(parents=True, exist_ok=True)
         (module / "cmd" / name).write_text(name)
+    (module / "cmd/virt-launcher/BUILD.bazel").write_text(LAUNCHER_BUILD.format(user=107))
     bins.mkdir()
     for program in ("virt-launcher", "libvirt-hook-client", "container-disk", "virtqemud",
                     "virt-handler", "virt-chroot", "passt-repair",
@@ -75,6 +93,18 @@ def test_the_launcher_image_overlays_kubevirts_files_on_the_debian_root(tmp_path
         "SCHILY.xattr.security.capability"].encode("utf-8", "surrogateescape")
     magic, permitted, _, _, _ = struct.unpack("<IIIII", capability)
     assert magic == 0x02000001 and permitted == 1 << 10  # cap_net_bind_service+ep
+
+
+def test_the_launcher_image_runs_as_the_user_its_release_defines(tmp_path):
+    package = tmp_path / "virt-launcher"
+    package.mkdir()
+    (package / "BUILD.bazel").write_text(LAUNCHER_BUILD.format(user=107))
+    assert kubevirt_node.bazel_image_user(package, "virt-launcher-image") == "107"
+    # v1.8.x sets no user: the image, and the node labeller, run as root.
+    (package / "BUILD.bazel").write_text(LAUNCHER_BUILD.replace('    user = "{user}",\n', ""))
+    assert kubevirt_node.bazel_image_user(package, "virt-launcher-image") == ""
+    with pytest.raises(SuiteUsageError, match="no image 'virt-handler-image'"):
+        kubevirt_node.bazel_image_user(package, "virt-handler-image")
 
 
 def test_the_handler_image_runs_as_root_with_passt_repair(tmp_path):

@@ -212,7 +212,8 @@ def launcher_image(name: str, version: str, root: Path, module: Path, node_bin: 
                    launcher_bin: Path, virtqemud_binary: Path) -> images.ImageSpec:
     """cmd/virt-launcher's image: the launcherbase root, KubeVirt's libvirt configuration,
     users, nsswitch.conf and qemu hook, the programs in /usr/bin (virt-launcher-monitor
-    with cap_net_bind_service), /var/run as a relative link, user 107."""
+    with cap_net_bind_service), /var/run as a relative link, and the release's user (107
+    from v1.9, root before)."""
     source = module / "cmd" / "virt-launcher"
     files = {"/usr/bin/virt-launcher": launcher_bin / "virt-launcher",
              "/usr/bin/libvirt-hook-client": launcher_bin / "libvirt-hook-client",
@@ -240,9 +241,23 @@ def launcher_image(name: str, version: str, root: Path, module: Path, node_bin: 
             "/usr/bin/virt-launcher-monitor": images.FileAttributes(xattrs=(
                 ("security.capability", _file_capability(CAP_NET_BIND_SERVICE)),)),
         },
-        entrypoint=["/usr/bin/virt-launcher"], user=str(QEMU_UID),
+        entrypoint=["/usr/bin/virt-launcher"],
+        user=bazel_image_user(source, "virt-launcher-image"),
         env=[debian.DEBIAN_PATH],
     )
+
+
+def bazel_image_user(package: Path, image: str) -> str:
+    """The ``user`` of the ``oci_image`` named ``image`` in ``package``/BUILD.bazel, ""
+    when it sets none (root). KubeVirt's node-labeller init container runs as this user
+    on releases whose operator does not set one (v1.8)."""
+    rules = (package / "BUILD.bazel").read_text().split("\n)")
+    rule = next((r for r in rules if f'name = "{image}"' in r), None)
+    if rule is None:
+        raise SuiteUsageError(f"{package}/BUILD.bazel defines no image {image!r}",
+                              "check the KubeVirt build module (`go mod download`)")
+    user = re.search(r'^\s*user = "([^"]*)"', rule, re.MULTILINE)
+    return user.group(1) if user else ""
 
 
 def handler_image(name: str, version: str, root: Path, module: Path, node_bin: Path,

@@ -11,7 +11,6 @@ from typing import Any
 from core.errors import SuiteUsageError
 from core.profile import GuestImage
 from kubevirtci.capabilities import Capabilities, Capability
-from kubevirtci.discovery import parse_version
 from kubevirtci.kubevirt_install import supports_virt_template_switch
 from kubevirtci.local import guest as local_guest
 from kubevirtci.local import kubevirt as local_kubevirt
@@ -31,14 +30,6 @@ NO_KUBEVIRT = (
 NO_HOST_DEVICES = (
     "PCI host devices do not reach hermetic VMs yet: the VFIO hop is not emulated (QEMU "
     "needs an IOMMU and vfio-pci) and KubeVirt's device plugin finds no emulated function"
-)
-# node-labeller.sh runs mknod /dev/kvm when the kernel lists kvm in /proc/misc but /dev
-# has none: true on hermetic nodes (the host's kernel has KVM, the nodes hide /dev/kvm).
-# v1.9 runs that init container as root (daemonsets.go); v1.8 as the image's user 107.
-LABELLER_NEEDS_ROOT = (
-    "KubeVirt {version}'s node labeller runs as user 107 and cannot mknod /dev/kvm, which it "
-    "tries because this kernel lists kvm in /proc/misc while hermetic nodes have no "
-    "/dev/kvm (v1.9 runs it as root); virt-handler does not start here"
 )
 TCG_NOTE = ("KubeVirt runs QEMU with TCG (developerConfiguration.useEmulation): this "
             "host's KVM cannot boot a stock kernel and no node has /dev/kvm")
@@ -76,11 +67,7 @@ class LocalProvider(Provider):
         caps.deny(Capability.VFIO, "PCI is emulated here: no IOMMU or VFIO on this host")
         for cap in (Capability.HOST_DEVICE_VMS, Capability.DEVICE_PLUGIN_NVME):
             caps.deny(cap, NO_HOST_DEVICES if self.installs_kubevirt else NO_KUBEVIRT)
-        version = parse_version(self.kubevirt_version)
-        if version is not None and version < (1, 9):
-            for cap in (Capability.RUNNING_VMS, Capability.GUEST_ACCESS):
-                caps.deny(cap, LABELLER_NEEDS_ROOT.format(version=self.kubevirt_version))
-        elif self.installs_kubevirt:
+        if self.installs_kubevirt:
             # Running VMs are discovered (KubeVirt Available); the guest is this
             # provider's own, a shell on the console.
             caps.grant(Capability.GUEST_ACCESS)
