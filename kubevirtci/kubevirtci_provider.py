@@ -13,23 +13,13 @@ from typing import Any
 
 from core.errors import SuiteUsageError
 from kubevirtci.capabilities import Capabilities, Capability
-from kubevirtci.provider import Node, NodeCommandFailed, Provider
+from kubevirtci.provider import BIND_DEVICE_PLUGIN_NVME, Node, NodeCommandFailed, Provider
 from kubevirtci.runner import CommandRunner, check
 
 KUBEVIRTCI_REPO = "https://github.com/kubevirt/kubevirtci.git"
 DEFAULT_K8S_PROVIDER = "k8s-1.36"  # newest k8s provider of kubevirtci main (Aug 2026)
 DEFAULT_NUM_NODES = 2
 DEFAULT_NVME_ARGS = "--nvme 1G --nvme 1G"
-DEVICE_PLUGIN_SERIAL = "nvme-1"  # the second --nvme controller of every node
-# Idempotent: binds the controller with serial nvme-1 to vfio-pci unless already bound.
-BIND_DEVICE_PLUGIN_NVME = (
-    "modprobe vfio-pci; "
-    f"for c in /sys/class/nvme/nvme*; do [ \"$(cat $c/serial)\" = {DEVICE_PLUGIN_SERIAL} ] "
-    "|| continue; bdf=$(basename $(readlink -f $c/device)); "
-    "echo vfio-pci > /sys/bus/pci/devices/$bdf/driver_override; "
-    "echo $bdf > /sys/bus/pci/devices/$bdf/driver/unbind; "
-    "echo $bdf > /sys/bus/pci/drivers_probe; done"
-)
 CLUSTER_REGISTRY = "registry:5000"  # the in-cluster name of kubevirtci's registry
 CACHE_ROOT = Path(os.environ.get("KDC_CACHE", Path.home() / ".cache" / "kdc"))
 
@@ -151,7 +141,8 @@ class KubevirtciProvider(Provider):
         """Give KubeVirt's PCI device plugin one controller per node: it only offers
         functions bound to vfio-pci, and the DRA driver leaves alone what others bound."""
         for node in nodes:
-            self.node(node).run(["sudo", "sh", "-c", BIND_DEVICE_PLUGIN_NVME])
+            self.node(node).run(["sudo", "sh", "-c",
+                                 f"modprobe vfio-pci; {BIND_DEVICE_PLUGIN_NVME}"])
 
     def node(self, name: str) -> Node:
         return SshNode(name, self)

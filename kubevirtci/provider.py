@@ -10,6 +10,21 @@ from typing import Any
 from core.profile import GuestImage
 from kubevirtci.capabilities import Capabilities
 
+# The controller every node sets aside for KubeVirt's PCI device plugin: the second
+# --nvme controller (kubevirtci) or emulated controller (local).
+DEVICE_PLUGIN_SERIAL = "nvme-1"
+# Idempotent: binds that controller to vfio-pci unless already bound (the kernel's
+# interface: driver_override, unbind, drivers_probe). KubeVirt's plugin only offers
+# functions bound to vfio-pci, and the DRA driver leaves alone what others bound.
+BIND_DEVICE_PLUGIN_NVME = (
+    "for c in /sys/bus/pci/devices/*/nvme/nvme*; do "
+    f"[ \"$(cat $c/serial)\" = {DEVICE_PLUGIN_SERIAL} ] || continue; "
+    "bdf=$(basename $(dirname $(dirname $c))); "
+    "echo vfio-pci > /sys/bus/pci/devices/$bdf/driver_override; "
+    "echo $bdf > /sys/bus/pci/devices/$bdf/driver/unbind; "
+    "echo $bdf > /sys/bus/pci/drivers_probe; done"
+)
+
 
 class NodeCommandFailed(AssertionError):
     """A command run on a node failed; the message names the node and the command."""

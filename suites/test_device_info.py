@@ -77,7 +77,6 @@ def test_metadata_file_at_kubevirt_path_matches_slice_pci_bus_id(
     assert _metadata_bus_ids(documents) == [_allocated_bus_id(kube, namespace)[PCI_BUS_ID]]
 
 
-@markers.requires(Capability.VFIO)
 def test_vfio_device_nodes_are_present_in_launcher(kube, objects, namespace, profile):
     _dra_vm(objects, profile)
     vm = vms.running(kube, "vm", namespace)

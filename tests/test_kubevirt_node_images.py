@@ -48,7 +48,7 @@ def _fake_tree(tmp_path: Path) -> dict[str, Path]:
     (module / "cmd/virt-launcher/BUILD.bazel").write_text(LAUNCHER_BUILD.format(user=107))
     bins.mkdir()
     for program in ("virt-launcher", "libvirt-hook-client", "container-disk", "virtqemud",
-                    "virt-handler", "virt-chroot", "passt-repair",
+                    "virt-handler", "virt-chroot", "passt-repair", "emulated-vfio-qemu",
                     *kubevirt_node.LAUNCHER_HELPERS):
         (bins / program).write_bytes(program.encode())
     return {"root": root, "module": module, "bin": bins}
@@ -70,7 +70,7 @@ def test_the_launcher_image_overlays_kubevirts_files_on_the_debian_root(tmp_path
     tree = _fake_tree(tmp_path)
     spec = kubevirt_node.launcher_image(
         "localhost/kubevirt/virt-launcher:v1.9.0", "v1.9.0", tree["root"], tree["module"],
-        tree["bin"], tree["bin"], tree["bin"] / "virtqemud")
+        tree["bin"], tree["bin"], tree["bin"] / "virtqemud", tree["bin"] / "emulated-vfio-qemu")
     assert spec.user == "107" and spec.entrypoint == ["/usr/bin/virt-launcher"]
     members = _layer_members(spec, tmp_path)
     assert "usr/bin/bash" in members  # from the root
@@ -88,6 +88,8 @@ def test_the_launcher_image_overlays_kubevirts_files_on_the_debian_root(tmp_path
     for program in ("virt-launcher", "container-disk", "node-labeller.sh", "virt-probe"):
         assert f"usr/bin/{program}" in members
     assert "usr/sbin/virtqemud" in members and "usr/lib64/qemu-kvm" in members
+    # EMULATED: the VFIO hop comes before Debian's QEMU on the PATH.
+    assert members["usr/local/bin/qemu-system-x86_64"].size == len(b"emulated-vfio-qemu")
     assert members["usr/share/OVMF/OVMF_CODE.fd"].linkname == "OVMF_CODE_4M.fd"
     capability = members["usr/bin/virt-launcher-monitor"].pax_headers[
         "SCHILY.xattr.security.capability"].encode("utf-8", "surrogateescape")

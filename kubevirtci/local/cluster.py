@@ -165,7 +165,7 @@ class LocalCluster:
         emulation = self.layout.emulation(node.name)
         self.supervisor.start(ProcessSpec(f"emulated-nvme-{node.name}", [
             str(self.bins["nvme-sysfs-emulator"]), f"--root={emulation / 'sys'}",
-            f"--dev-root={emulation / 'dev'}", f"--images={emulation / 'images'}",
+            f"--dev-root={emulation / 'dev'}", f"--device-state={emulation / 'devices'}",
             *[f"--nvme={size}" for size in config.nvme],
         ]))
         self._await(f"emulated-nvme-{node.name}", (emulation / "dev" / "vfio").is_dir,

@@ -157,7 +157,7 @@ def driver_component(version: str) -> Component:
     return Component(
         "nvme-dra-driver", version, DRIVER_DIR,
         ("./cmd/nvme-dra-driver", "./cmd/nvme-sysfs-emulator", "./cmd/dra-sanity",
-         "./cmd/nri-emulated-pci"),
+         "./cmd/nri-emulated-pci", "./cmd/emulated-vfio-qemu"),
     )
 
 

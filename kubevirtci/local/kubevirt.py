@@ -110,7 +110,8 @@ def prepare(cluster: LocalCluster, version: str) -> list[dict[str, Any]]:
     for spec in control_plane_images(version, bin_dir):
         key = spec.name.rsplit("/", 1)[-1].replace(":", "-")
         cluster.load_image_archive(cluster.image_archive(key, lambda s=spec: s))
-    for archive in kubevirt_node.image_archives(version, lambda p: image_name(p, version)):
+    for archive in kubevirt_node.image_archives(version, lambda p: image_name(p, version),
+                                                cluster.bins["emulated-vfio-qemu"]):
         cluster.load_image_archive(archive)
     guest_image = guest.image_name()
     cluster.load_image_archive(cluster.image_archive(

@@ -63,6 +63,9 @@ OVMF_LINKS = {"OVMF_CODE.fd": "OVMF_CODE_4M.fd", "OVMF_VARS.fd": "OVMF_VARS_4M.f
               "OVMF_CODE.secboot.fd": "OVMF_CODE_4M.secboot.fd",
               "OVMF_VARS.secboot.fd": "OVMF_VARS_4M.ms.fd"}
 QEMU_UID = 107
+# EMULATED: the VFIO hop in front of Debian's /usr/bin/qemu-system-x86_64, found first
+# on the PATH virt-launcher gives virtqemud (DEBIAN_PATH).
+EMULATED_QEMU_PATH = "/usr/local/bin/qemu-system-x86_64"
 # CentOS builds libvirt's client with remote_default_mode=direct: a URI-less virsh (the
 # node labeller's) reaches virtqemud. Debian builds it with "legacy" (libvirtd's socket);
 # libvirt.conf's documented uri_default gives the same answer without a rebuild.
@@ -209,11 +212,13 @@ def _version_and_users(version: str, root: Path, qemu_home: str) -> dict[str, by
 
 
 def launcher_image(name: str, version: str, root: Path, module: Path, node_bin: Path,
-                   launcher_bin: Path, virtqemud_binary: Path) -> images.ImageSpec:
+                   launcher_bin: Path, virtqemud_binary: Path, emulated_qemu: Path
+                   ) -> images.ImageSpec:
     """cmd/virt-launcher's image: the launcherbase root, KubeVirt's libvirt configuration,
     users, nsswitch.conf and qemu hook, the programs in /usr/bin (virt-launcher-monitor
     with cap_net_bind_service), /var/run as a relative link, and the release's user (107
-    from v1.9, root before)."""
+    from v1.9, root before). Added here: the EMULATED VFIO hop in front of QEMU, first
+    on libvirt's PATH (driver/cmd/emulated-vfio-qemu)."""
     source = module / "cmd" / "virt-launcher"
     files = {"/usr/bin/virt-launcher": launcher_bin / "virt-launcher",
              "/usr/bin/libvirt-hook-client": launcher_bin / "libvirt-hook-client",
@@ -221,6 +226,7 @@ def launcher_image(name: str, version: str, root: Path, module: Path, node_bin: 
              "/usr/bin/node-labeller.sh": source / "node-labeller" / "node-labeller.sh",
              "/etc/libvirt/hooks/qemu": source / "qemu",
              "/usr/sbin/virtqemud": virtqemud_binary,
+             EMULATED_QEMU_PATH: emulated_qemu,
              **{f"/usr/bin/{p}": node_bin / p for p in LAUNCHER_HELPERS}}
     contents = {**_version_and_users(version, root, "/home/qemu"),
                 "/etc/nsswitch.conf": (source / "nsswitch.conf").read_bytes(),
@@ -277,11 +283,11 @@ def handler_image(name: str, version: str, root: Path, module: Path, node_bin: P
     )
 
 
-def image_archives(version: str, image_name: Callable[[str], str],
+def image_archives(version: str, image_name: Callable[[str], str], emulated_qemu: Path,
                    runner: CommandRunner | None = None) -> list[Path]:
     """OCI archives of virt-handler and virt-launcher for ``version`` under the names
     ``image_name(program)``, built when they are not cached (keyed by the release, the
-    names and the roots' recipes)."""
+    names, the roots' recipes and the EMULATED QEMU front ``emulated_qemu``)."""
     control_plane = components.kubevirt_component(version)
     node_bin = components.build(components.kubevirt_node_component(version), runner)
     launcher_bin = launcher_programs(version, runner)
@@ -294,7 +300,7 @@ def image_archives(version: str, image_name: Callable[[str], str],
     specs = {
         "virt-launcher": lambda: launcher_image(image_name("virt-launcher"), version,
                                                 launcher_root, module, node_bin,
-                                                launcher_bin, daemon),
+                                                launcher_bin, daemon, emulated_qemu),
         "virt-handler": lambda: handler_image(image_name("virt-handler"), version,
                                               handler_root, module, node_bin,
                                               launcher_root / "usr/bin/passt-repair"),
@@ -302,6 +308,7 @@ def image_archives(version: str, image_name: Callable[[str], str],
     # The images change with their inputs and with how this module assembles them.
     recipe = hashlib.sha256(Path(__file__).read_bytes())
     recipe.update(f"{launcher_root} {handler_root} {daemon} {launcher_bin}".encode())
+    recipe.update(emulated_qemu.read_bytes())
     for program, spec in specs.items():
         key = hashlib.sha256(f"{image_name(program)} {recipe.hexdigest()}".encode()
                              ).hexdigest()[:12]

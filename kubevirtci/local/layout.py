@@ -98,5 +98,5 @@ class Layout:
         return self.node(name) / "layer" / path.lstrip("/")
 
     def emulation(self, node: str) -> Path:
-        """EMULATED hardware of a node: sysfs tree, /dev/vfio nodes, backing images."""
+        """EMULATED hardware of a node: sysfs tree, /dev/vfio nodes, each function's state."""
         return self.root / "emulation" / node

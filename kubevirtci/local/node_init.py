@@ -11,7 +11,8 @@ its own, so ``/etc``, ``/var/lib`` and ``/usr/local/bin`` are the node's. On top
 ``/proc`` (its PID namespace), ``/sys`` (its network namespace), ``/run``, ``/tmp`` and
 ``/dev`` (no ``/dev/kvm``: the host's KVM cannot boot a stock kernel). The EMULATED PCI
 tree (``/sys/bus/pci``, ``/sys/devices/pci0000:00``, ``/sys/kernel/iommu_groups``) and
-``/dev/vfio`` come from the node's emulation folder; ``/var/lib/containerd`` is a plain
+``/dev/vfio`` come from the node's emulation folder, and so does each function's state
+(``/var/lib/kdc-emulated-pci``); ``/var/lib/containerd`` is a plain
 folder, because containerd's overlay snapshotter cannot work on an overlay.
 
 Standalone on purpose (standard library only): it runs before the node has a root.
@@ -34,6 +35,7 @@ from pathlib import Path
 HOST_DEVICES = ("null", "zero", "full", "random", "urandom", "tty", "kmsg", "fuse",
                 "net/tun", "vhost-net", "loop-control")
 EMULATED_SYSFS = ("bus/pci", "devices/pci0000:00", "kernel/iommu_groups")
+EMULATED_DEVICE_STATE = "/var/lib/kdc-emulated-pci"  # nri-emulated-pci's deviceStateRoot
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWPID, CLONE_NEWCGROUP = 0x20000000, 0x02000000
@@ -162,6 +164,9 @@ def build_root(node_dir: Path, emulation: Path) -> Path:
     for part in EMULATED_SYSFS:
         bind(emulation / "sys" / part, root / "sys" / part)
     build_dev(root / "dev", emulation)
+    # Each function's own state (identity, media), which nri-emulated-pci shows the
+    # containers holding its VFIO group.
+    bind(emulation / "devices", root / EMULATED_DEVICE_STATE.lstrip("/"))
     for tmp in ("run", "tmp"):
         mount("-t", "tmpfs", "-o", "mode=755" if tmp == "run" else "mode=1777", "tmpfs",
               str(root / tmp))

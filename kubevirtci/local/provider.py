@@ -1,7 +1,8 @@
 """The ``local`` provider: the hermetic cluster of this package. Real control plane,
 kubelet, kube-proxy and containerd with CDI on nodes that are machines of their own; the
 NVMe hardware is EMULATED. KubeVirt is the real one, built here from its module, with
-virt-handler on every node and VMs under QEMU TCG; host devices do not reach them yet."""
+virt-handler on every node and VMs under QEMU TCG; host devices reach them through an
+EMULATED VFIO hop in front of QEMU."""
 
 from __future__ import annotations
 
@@ -27,9 +28,20 @@ NO_KUBEVIRT = (
     "KubeVirt is not installed (--without-kubevirt); run without it to deploy KubeVirt's "
     "control plane here, or use --provider kubevirtci or --provider existing"
 )
-NO_HOST_DEVICES = (
-    "PCI host devices do not reach hermetic VMs yet: the VFIO hop is not emulated (QEMU "
-    "needs an IOMMU and vfio-pci) and KubeVirt's device plugin finds no emulated function"
+VFIO_HOP_NOTE = (
+    "The VFIO hop is EMULATED: libvirt, KubeVirt and QEMU are real and check the emulated "
+    "function as on hardware (sysfs, IOMMU group, vfio-pci, /dev/vfio, locked memory); "
+    "where QEMU would open the function through VFIO, a front on its PATH "
+    "(/usr/local/bin/qemu-system-x86_64, driver/cmd/emulated-vfio-qemu) gives the guest "
+    "QEMU's own NVMe controller with the function's serial and persistent media"
+)
+# The hop works (a DRA VM gets its device; the first 34 tests of a full run passed), but
+# a full run is not yet green: containerd closed the NRI plugin, and with it the memlock
+# agent, on a request that timed out under load (issue 12, in progress).
+HOST_DEVICES_NOT_YET_IN_CI = (
+    "PCI host devices reach hermetic VMs through the EMULATED VFIO hop, but not yet "
+    "reliably over a full run (the node's NRI plugin can be closed under load); they are "
+    "kept out of CI until a full run passes"
 )
 TCG_NOTE = ("KubeVirt runs QEMU with TCG (developerConfiguration.useEmulation): this "
             "host's KVM cannot boot a stock kernel and no node has /dev/kvm")
@@ -50,7 +62,7 @@ class LocalProvider(Provider):
         self.installs_kubevirt = kubevirt_version is not None
         self.kubevirt_version = kubevirt_version
         if kubevirt_version is not None:
-            self.emulated = (EMULATION_NOTE, TCG_NOTE,
+            self.emulated = (EMULATION_NOTE, VFIO_HOP_NOTE, TCG_NOTE,
                              *local_kubevirt.build_notes(kubevirt_version))
 
     def up(self) -> None:
@@ -65,15 +77,15 @@ class LocalProvider(Provider):
         caps.grant(Capability.NODE_ACCESS)
         caps.grant(Capability.DRIVER_PLUGIN_SOCKET)
         caps.deny(Capability.VFIO, "PCI is emulated here: no IOMMU or VFIO on this host")
-        for cap in (Capability.HOST_DEVICE_VMS, Capability.DEVICE_PLUGIN_NVME):
-            caps.deny(cap, NO_HOST_DEVICES if self.installs_kubevirt else NO_KUBEVIRT)
         if self.installs_kubevirt:
-            # Running VMs are discovered (KubeVirt Available); the guest is this
-            # provider's own, a shell on the console.
+            # Running VMs and the device plugin's NVMe are discovered; the guest is this
+            # provider's own, a shell on the console; host devices pass the EMULATED hop.
             caps.grant(Capability.GUEST_ACCESS)
+            caps.deny(Capability.HOST_DEVICE_VMS, HOST_DEVICES_NOT_YET_IN_CI)
         else:
             for cap in (Capability.KUBEVIRT, Capability.KUBEVIRT_DRA_GATES,
                         Capability.RUNNING_VMS, Capability.GUEST_ACCESS,
+                        Capability.HOST_DEVICE_VMS, Capability.DEVICE_PLUGIN_NVME,
                         Capability.LAUNCHER_METADATA, Capability.KUBEVIRT_DEVICE_STATUS,
                         Capability.PERSISTENT_DRA_CLAIMS):
                 caps.deny(cap, NO_KUBEVIRT)

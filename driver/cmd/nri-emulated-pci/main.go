@@ -5,27 +5,70 @@
 // and /sys/kernel/iommu_groups of its host; here those are folders of the node that the
 // fresh sysfs of a container does not have, so this plugin bind-mounts them over it,
 // read-only exactly when the container's /sys is. Containers that mount the node's /sys
-// themselves (hostPath) already see the tree and are left alone. It changes nothing
-// else, and no driver or KubeVirt setting refers to it.
+// themselves (hostPath) already see the tree and are left alone.
+//
+// It also plays the part of the device behind a VFIO group: a container that holds
+// /dev/vfio/<group> gets, for each function of that group, the function's own state
+// (its serial, model and media; on hardware these live in the device) at
+// /var/lib/kdc-emulated-pci/<bdf>, where the EMULATED VFIO hop in the launcher's QEMU
+// finds it; and setting RLIMIT_MEMLOCK there is EMULATED (withEmulatedMemlock). It
+// changes nothing else, and no driver or KubeVirt setting refers to it.
 package main
 
 import (
 	"context"
+	"io"
 	"log"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
+	"google.golang.org/protobuf/proto"
 )
 
 // emulatedParts are the sysfs folders of the node's emulated PCI tree.
 var emulatedParts = []string{"/sys/bus/pci", "/sys/devices/pci0000:00", "/sys/kernel/iommu_groups"}
 
-type plugin struct{}
+// deviceStateRoot is where a node keeps each EMULATED function's own state
+// (nvme-sysfs-emulator --device-state); containers see it at the same path.
+const deviceStateRoot = "/var/lib/kdc-emulated-pci"
+
+// logFile is the plugin's log on the node.
+const logFile = "/var/log/nri-emulated-pci.log"
+
+// node is where the node shows its PCI tree and its functions' state.
+type node struct{ sysfs, deviceState string }
+
+type plugin struct{ node node }
 
 // adjustment returns the mounts a container needs, or nil when it needs none.
-func adjustment(ctr *api.Container) *api.ContainerAdjustment {
+func (n node) adjustment(ctr *api.Container) *api.ContainerAdjustment {
+	adjust := &api.ContainerAdjustment{}
+	for _, part := range treeMounts(ctr) {
+		adjust.AddMount(part)
+	}
+	held := n.functionsHeldBy(ctr)
+	for _, bdf := range held {
+		state := filepath.Join(n.deviceState, bdf)
+		adjust.AddMount(&api.Mount{Destination: filepath.Join(deviceStateRoot, bdf), Source: state,
+			Type: "bind", Options: []string{"rbind", "nosuid", "nodev", "noexec"}})
+	}
+	if len(held) > 0 {
+		if policy := withEmulatedMemlock(ctr.GetLinux().GetSeccompPolicy()); policy != nil {
+			adjust.SetLinuxSeccompPolicy(policy)
+		}
+	}
+	if len(adjust.GetMounts()) == 0 {
+		return nil
+	}
+	return adjust
+}
+
+// treeMounts are the parts of the tree a container with a fresh sysfs needs.
+func treeMounts(ctr *api.Container) []*api.Mount {
 	readOnly := false
 	sysfs := false
 	for _, m := range ctr.GetMounts() {
@@ -45,24 +88,79 @@ func adjustment(ctr *api.Container) *api.ContainerAdjustment {
 	if readOnly {
 		options = append(options, "ro")
 	}
-	adjust := &api.ContainerAdjustment{}
+	var out []*api.Mount
 	for _, part := range emulatedParts {
-		adjust.AddMount(&api.Mount{Destination: part, Source: part, Type: "bind", Options: options})
+		out = append(out, &api.Mount{Destination: part, Source: part, Type: "bind", Options: options})
 	}
-	return adjust
+	return out
 }
 
-func (plugin) CreateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	return adjustment(ctr), nil, nil
+// functionsHeldBy lists the functions of every IOMMU group whose /dev/vfio/<group> the
+// container holds (a privileged container holds them all) and that have state.
+func (n node) functionsHeldBy(ctr *api.Container) []string {
+	var out []string
+	for _, dev := range ctr.GetLinux().GetDevices() {
+		dir, group := filepath.Split(dev.GetPath())
+		if _, err := strconv.Atoi(group); dir != "/dev/vfio/" || err != nil {
+			continue
+		}
+		members, _ := os.ReadDir(filepath.Join(n.sysfs, "kernel/iommu_groups", group, "devices"))
+		for _, member := range members {
+			if _, err := os.Stat(filepath.Join(n.deviceState, member.Name())); err == nil {
+				out = append(out, member.Name())
+			}
+		}
+	}
+	return out
+}
+
+// withEmulatedMemlock is policy with the calls that set RLIMIT_MEMLOCK sent to the
+// EMULATED memlock agent (memlock.go); nil when policy cannot be extended.
+func withEmulatedMemlock(policy *api.LinuxSeccomp) *api.LinuxSeccomp {
+	out := &api.LinuxSeccomp{DefaultAction: "SCMP_ACT_ALLOW"}
+	if policy != nil {
+		for _, rule := range policy.GetSyscalls() {
+			if rule.GetErrnoRet() != nil {
+				// containerd 2.2's NRI v0.11.0 dereferences a nil pointer converting a
+				// rule's errno (api.ToOCILinuxSyscalls), which takes containerd down.
+				log.Printf("EMULATED memlock: left out of a container whose seccomp policy sets errno values (NRI v0.11.0 cannot pass them on)")
+				return nil
+			}
+		}
+		out = proto.Clone(policy).(*api.LinuxSeccomp)
+	}
+	out.ListenerPath = memlockSocket
+	out.Syscalls = append(out.Syscalls,
+		&api.LinuxSyscall{Names: []string{"prlimit64"}, Action: "SCMP_ACT_NOTIFY",
+			Args: []*api.LinuxSeccompArg{
+				{Index: 1, Value: rlimitMemlock, Op: "SCMP_CMP_EQ"},
+				{Index: 2, Value: 0, Op: "SCMP_CMP_NE"}, // setting, not only reading
+			}},
+		&api.LinuxSyscall{Names: []string{"setrlimit"}, Action: "SCMP_ACT_NOTIFY",
+			Args: []*api.LinuxSeccompArg{{Index: 0, Value: rlimitMemlock, Op: "SCMP_CMP_EQ"}}})
+	return out
+}
+
+func (p plugin) CreateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	return p.node.adjustment(ctr), nil, nil
 }
 
 func main() {
-	log.SetPrefix("nri-emulated-pci: EMULATED PCI tree: ")
+	log.SetPrefix("nri-emulated-pci: ")
+	// containerd discards a pre-installed plugin's output: the node keeps a log.
+	if f, err := os.OpenFile(logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+		log.SetOutput(io.MultiWriter(os.Stderr, f))
+	}
 	opts := []stub.Option{stub.WithOnClose(func() { os.Exit(0) })}
 	if os.Getenv(api.PluginNameEnvVar) == "" { // started by hand, not by containerd
 		opts = append(opts, stub.WithPluginName("emulated-pci"), stub.WithPluginIdx("10"))
 	}
-	s, err := stub.New(plugin{}, opts...)
+	limits := &memlockLimits{set: map[int]record{}, proc: procStatus, real: realMemlock,
+		now: ticksSinceBoot, allCaps: hostCapabilities()}
+	if err := serveMemlock(limits); err != nil {
+		log.Fatalf("cannot serve the EMULATED memlock agent: %v", err)
+	}
+	s, err := stub.New(plugin{node{sysfs: "/sys", deviceState: deviceStateRoot}}, opts...)
 	if err != nil {
 		log.Fatalf("cannot create the NRI stub: %v", err)
 	}

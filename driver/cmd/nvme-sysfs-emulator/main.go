@@ -1,6 +1,7 @@
 // Command nvme-sysfs-emulator is an EMULATION for hosts without a PCI bus: it builds a
 // sysfs tree of QEMU-like NVMe controllers (as kubevirtci's --nvme adds them), their
-// backing images and /dev/vfio nodes, then plays the kernel's part in driver binding.
+// device state (identity and media, see sysfs.WriteDeviceState) and /dev/vfio nodes,
+// then plays the kernel's part in driver binding.
 package main
 
 import (
@@ -43,16 +44,16 @@ func main() {
 	var nvme sizes
 	root := flag.String("root", "", "where the emulated sysfs tree goes")
 	devRoot := flag.String("dev-root", "", "where the emulated /dev/vfio nodes go")
-	images := flag.String("images", "", "where the persistent backing image of each controller goes")
+	state := flag.String("device-state", "", "where each controller's own state (serial, model, persistent media) goes")
 	once := flag.Bool("build-only", false, "build the tree and exit")
 	flag.Var(&nvme, "nvme", "add an NVMe controller of this size (repeat, like kubevirtci --nvme)")
 	flag.Parse()
-	if *root == "" || *devRoot == "" || *images == "" || len(nvme) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: nvme-sysfs-emulator --root DIR --dev-root DIR --images DIR --nvme 1G [--nvme 1G ...]")
+	if *root == "" || *devRoot == "" || *state == "" || len(nvme) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: nvme-sysfs-emulator --root DIR --dev-root DIR --device-state DIR --nvme 1G [--nvme 1G ...]")
 		os.Exit(2)
 	}
 	controllers := sysfs.KubevirtciControllers(nvme)
-	if err := setUp(*root, *devRoot, *images, controllers); err != nil {
+	if err := setUp(*root, *devRoot, *state, controllers); err != nil {
 		klog.ErrorS(err, "EMULATION: building the NVMe tree failed")
 		os.Exit(1)
 	}
@@ -65,26 +66,15 @@ func main() {
 	sysfs.Kernel{Root: *root}.Run(ctx, 10*time.Millisecond)
 }
 
-func setUp(root, devRoot, images string, controllers []sysfs.Controller) error {
+func setUp(root, devRoot, state string, controllers []sysfs.Controller) error {
 	if _, err := os.Stat(filepath.Join(root, "bus/pci/devices")); os.IsNotExist(err) {
 		if err := sysfs.Build(root, controllers); err != nil {
 			return err
 		}
 	}
-	if err := os.MkdirAll(images, 0o755); err != nil {
-		return err
-	}
 	for _, c := range controllers {
-		image := filepath.Join(images, c.Serial+".img")
-		if _, err := os.Stat(image); os.IsNotExist(err) {
-			f, err := os.Create(image)
-			if err != nil {
-				return err
-			}
-			if err := f.Truncate(c.SizeBytes); err != nil {
-				return err
-			}
-			_ = f.Close()
+		if err := sysfs.WriteDeviceState(state, c); err != nil {
+			return err
 		}
 	}
 	nodes := []string{"vfio"}

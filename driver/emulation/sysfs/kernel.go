@@ -44,6 +44,7 @@ func (k Kernel) unbind(bdf string) {
 		_ = os.Rename(filepath.Join(dev, "nvme"), k.stash(bdf))
 	}
 	_ = os.Remove(filepath.Join(dev, "driver"))
+	_ = os.WriteFile(filepath.Join(dev, "uevent"), []byte(uevent(bdf, "")), 0o644)
 }
 
 func (k Kernel) bind(bdf, drv string) {
@@ -56,6 +57,7 @@ func (k Kernel) bind(bdf, drv string) {
 		return // driver_override restricts which driver may bind
 	}
 	_ = os.Symlink("../../../bus/pci/drivers/"+drv, filepath.Join(dev, "driver"))
+	_ = os.WriteFile(filepath.Join(dev, "uevent"), []byte(uevent(bdf, drv)), 0o644)
 	if drv == "nvme" {
 		_ = os.Rename(k.stash(bdf), filepath.Join(dev, "nvme"))
 	}

@@ -30,7 +30,7 @@ func KubevirtciControllers(sizes []int64) []Controller {
 	out := make([]Controller, 0, len(sizes))
 	for i, size := range sizes {
 		out = append(out, Controller{
-			Slot: 5 + i, Serial: fmt.Sprintf("nvme-%d", i), Model: "QEMU NVMe Ctrl",
+			Slot: 5 + i, Serial: fmt.Sprintf("nvme-%d", i), Model: QEMUModel,
 			SizeBytes: size, IOMMUGroup: 10 + i, NUMANode: -1,
 		})
 	}
@@ -68,10 +68,9 @@ func Build(root string, controllers []Controller) error {
 	for _, c := range controllers {
 		bdf := c.BDF()
 		dev := filepath.Join(root, "devices/pci0000:00", bdf)
-		files := map[string]string{
-			"class": "0x010802\n", "vendor": "0x1b36\n", "device": "0x0010\n",
-			"numa_node": strconv.Itoa(c.NUMANode) + "\n", "driver_override": "(null)\n",
-		}
+		files := attributes(c)
+		files["uevent"] = uevent(bdf, "nvme")
+		files["config"] = string(configSpace())
 		for name, content := range files {
 			if err := write(filepath.Join(dev, name), content); err != nil {
 				return err
@@ -81,7 +80,7 @@ func Build(root string, controllers []Controller) error {
 			return err
 		}
 		group := filepath.Join(root, "kernel/iommu_groups", strconv.Itoa(c.IOMMUGroup), "devices")
-		if err := os.MkdirAll(group, 0o755); err != nil {
+		if err := link("../../../../devices/pci0000:00/"+bdf, filepath.Join(group, bdf)); err != nil {
 			return err
 		}
 		if err := link("../../../kernel/iommu_groups/"+strconv.Itoa(c.IOMMUGroup), filepath.Join(dev, "iommu_group")); err != nil {
@@ -117,4 +116,32 @@ func writeController(root string, c Controller) error {
 		}
 	}
 	return os.MkdirAll(filepath.Join(ns, "holders"), 0o755)
+}
+
+// WriteDeviceState creates what real hardware keeps in the device itself, under
+// root/<bdf>: its identity (serial, model) and its media, which persists as a device's
+// flash does. The EMULATED VFIO hop gives it to QEMU. Existing media is kept. The media
+// is writable by any user, as the EMULATED /dev/vfio nodes are: the launcher's QEMU
+// runs as its pod's user.
+func WriteDeviceState(root string, c Controller) error {
+	dir := filepath.Join(root, c.BDF())
+	if err := write(filepath.Join(dir, "serial"), c.Serial+"\n"); err != nil {
+		return err
+	}
+	if err := write(filepath.Join(dir, "model"), c.Model+"\n"); err != nil {
+		return err
+	}
+	media := filepath.Join(dir, "media")
+	if _, err := os.Stat(media); err == nil {
+		return nil
+	}
+	f, err := os.OpenFile(media, os.O_CREATE|os.O_WRONLY, 0o666)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Chmod(0o666); err != nil { // past the umask
+		return err
+	}
+	return f.Truncate(c.SizeBytes)
 }
