@@ -35,7 +35,7 @@ from pathlib import Path
 HOST_DEVICES = ("null", "zero", "full", "random", "urandom", "tty", "kmsg", "fuse",
                 "net/tun", "vhost-net", "loop-control")
 EMULATED_SYSFS = ("bus/pci", "devices/pci0000:00", "kernel/iommu_groups")
-EMULATED_DEVICE_STATE = "/var/lib/kdc-emulated-pci"  # nri-emulated-pci's deviceStateRoot
+EMULATED_DEVICE_STATE = "/var/lib/kdc-emulated-pci"  # sysfs.DeviceStateRoot (driver/emulation)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWPID, CLONE_NEWCGROUP = 0x20000000, 0x02000000

@@ -15,18 +15,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/kubevirt-dra-conformance/driver/emulation/sysfs"
 )
 
-const (
-	realQEMU = "/usr/bin/qemu-system-x86_64"
-	// deviceStateRoot is where the node's NRI plugin shows a container the state of
-	// the functions whose VFIO group it holds (nri-emulated-pci).
-	deviceStateRoot = "/var/lib/kdc-emulated-pci"
-	// The identity of QEMU's NVMe controller: the only device this hop can present.
-	nvmeVendor, nvmeDevice, nvmeModel = "0x1b36", "0x0010", "QEMU NVMe Ctrl"
-)
+const realQEMU = "/usr/bin/qemu-system-x86_64"
 
 // vfioOnlyProperties are vfio-pci properties that QEMU's nvme device does not have.
 var vfioOnlyProperties = []string{"host", "sysfsdev", "rombar", "romfile", "display", "ramfb", "x-vga"}
@@ -35,7 +31,9 @@ var vfioOnlyProperties = []string{"host", "sysfsdev", "rombar", "romfile", "disp
 type host struct{ sysfs, dev, deviceState string }
 
 func main() {
-	args, notes, err := host{"/sys", "/dev", deviceStateRoot}.rewrite(os.Args[1:])
+	// The node's NRI plugin shows a container the state of the functions whose VFIO
+	// group it holds (nri-emulated-pci).
+	args, notes, err := host{"/sys", "/dev", sysfs.DeviceStateRoot}.rewrite(os.Args[1:])
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "EMULATED VFIO: %v\n", err)
 		os.Exit(1)
@@ -100,12 +98,14 @@ func (h host) nvmeInPlaceOf(props map[string]any, index int) (string, string, st
 		}
 		_ = f.Close()
 	}
-	if id := read(function, "vendor") + ":" + read(function, "device"); id != nvmeVendor+":"+nvmeDevice {
-		return "", "", "", fmt.Errorf("%s is %s; only QEMU's NVMe controller (%s:%s) can be given to the guest here", bdf, id, nvmeVendor, nvmeDevice)
+	// QEMU's NVMe controller is the only device this hop can present.
+	vendorID, deviceID := read(function, "vendor"), read(function, "device")
+	if !isID(vendorID, sysfs.VendorID) || !isID(deviceID, sysfs.DeviceID) {
+		return "", "", "", fmt.Errorf("%s is %s:%s; only QEMU's NVMe controller (%04x:%04x) can be given to the guest here", bdf, vendorID, deviceID, sysfs.VendorID, sysfs.DeviceID)
 	}
 	state := filepath.Join(h.deviceState, bdf)
 	serial, model := read(state, "serial"), read(state, "model")
-	if serial == "" || model != nvmeModel {
+	if serial == "" || model != sysfs.QEMUModel {
 		return "", "", "", fmt.Errorf("%s: the function's state in %s (serial %q, model %q) is missing or not QEMU's NVMe controller's; is the node's NRI plugin nri-emulated-pci running?", bdf, state, serial, model)
 	}
 	node := fmt.Sprintf("kdc-vfio-%d", index) // QEMU's node names have at most 31 characters
@@ -117,6 +117,12 @@ func (h host) nvmeInPlaceOf(props map[string]any, index int) (string, string, st
 	device, _ := json.Marshal(props)
 	note := fmt.Sprintf("%s (IOMMU group %s) given to the guest as QEMU's NVMe controller, serial %s, media %s", bdf, filepath.Base(group), serial, filepath.Join(state, "media"))
 	return string(blockdev), string(device), note, nil
+}
+
+// isID says whether a sysfs ID attribute ("0x1b36") holds want.
+func isID(attribute string, want uint64) bool {
+	id, err := strconv.ParseUint(attribute, 0, 16)
+	return err == nil && id == want
 }
 
 func read(dir, name string) string {

@@ -120,10 +120,16 @@ func (m *memlockLimits) serve(fd int) {
 // answer handles one call; it returns the errno (0 for success) and the response
 // flags (continue: let the kernel run the call as it is).
 func (m *memlockLimits) answer(fd int, n notification) (int, uint32) {
-	m.forget(func(pid int) bool { _, err := os.Stat(filepath.Join("/proc", itoa(pid))); return err == nil })
-	targetArg, resource, newAt, oldAt := int(int32(n.args[0])), n.args[1], n.args[2], n.args[3]
-	if n.nr == sysSetrlimit {
-		targetArg, resource, newAt, oldAt = 0, n.args[0], n.args[1], 0
+	m.forget(func(pid int) bool { _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid))); return err == nil })
+	var targetArg int
+	var resource, newAt, oldAt uint64
+	switch n.nr {
+	case sysPrlimit64: // prlimit64(pid, resource, new, old)
+		targetArg, resource, newAt, oldAt = int(int32(n.args[0])), n.args[1], n.args[2], n.args[3]
+	case sysSetrlimit: // setrlimit(resource, new): the caller itself
+		resource, newAt = n.args[0], n.args[1]
+	default:
+		return 0, flagContinue
 	}
 	if resource != rlimitMemlock || newAt == 0 {
 		return 0, flagContinue
@@ -141,7 +147,7 @@ func (m *memlockLimits) answer(fd int, n notification) (int, uint32) {
 			return int(unix.ESRCH), 0
 		}
 	}
-	mem, err := os.OpenFile(filepath.Join("/proc", itoa(n.pid), "mem"), os.O_RDWR, 0)
+	mem, err := os.OpenFile(filepath.Join("/proc", strconv.Itoa(n.pid), "mem"), os.O_RDWR, 0)
 	if err != nil {
 		return int(unix.ESRCH), 0
 	}
@@ -164,5 +170,3 @@ func (m *memlockLimits) answer(fd int, n notification) (int, uint32) {
 	}
 	return errno, 0
 }
-
-func itoa(i int) string { return strconv.Itoa(i) }

@@ -27,14 +27,12 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kubevirt-dra-conformance/driver/emulation/sysfs"
 )
 
 // emulatedParts are the sysfs folders of the node's emulated PCI tree.
 var emulatedParts = []string{"/sys/bus/pci", "/sys/devices/pci0000:00", "/sys/kernel/iommu_groups"}
-
-// deviceStateRoot is where a node keeps each EMULATED function's own state
-// (nvme-sysfs-emulator --device-state); containers see it at the same path.
-const deviceStateRoot = "/var/lib/kdc-emulated-pci"
 
 // logFile is the plugin's log on the node.
 const logFile = "/var/log/nri-emulated-pci.log"
@@ -53,7 +51,7 @@ func (n node) adjustment(ctr *api.Container) *api.ContainerAdjustment {
 	held := n.functionsHeldBy(ctr)
 	for _, bdf := range held {
 		state := filepath.Join(n.deviceState, bdf)
-		adjust.AddMount(&api.Mount{Destination: filepath.Join(deviceStateRoot, bdf), Source: state,
+		adjust.AddMount(&api.Mount{Destination: filepath.Join(sysfs.DeviceStateRoot, bdf), Source: state,
 			Type: "bind", Options: []string{"rbind", "nosuid", "nodev", "noexec"}})
 	}
 	if len(held) > 0 {
@@ -160,7 +158,7 @@ func main() {
 	if err := serveMemlock(limits); err != nil {
 		log.Fatalf("cannot serve the EMULATED memlock agent: %v", err)
 	}
-	s, err := stub.New(plugin{node{sysfs: "/sys", deviceState: deviceStateRoot}}, opts...)
+	s, err := stub.New(plugin{node{sysfs: "/sys", deviceState: sysfs.DeviceStateRoot}}, opts...)
 	if err != nil {
 		log.Fatalf("cannot create the NRI stub: %v", err)
 	}

@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -94,17 +96,17 @@ func (m *memlockLimits) setLimit(caller, target process, want rlimit) (rlimit, i
 	defer m.mu.Unlock()
 	privileged := caller.capEff&m.allCaps == m.allCaps
 	if caller.pid != target.pid && caller.uid != target.uid && !privileged {
-		return rlimit{}, 1 // EPERM
+		return rlimit{}, int(unix.EPERM)
 	}
 	if want.cur > want.max {
-		return rlimit{}, 22 // EINVAL
+		return rlimit{}, int(unix.EINVAL)
 	}
 	old, err := m.limit(target)
 	if err != nil {
-		return rlimit{}, 3 // ESRCH
+		return rlimit{}, int(unix.ESRCH)
 	}
 	if want.max > old.max && !privileged {
-		return rlimit{}, 1 // EPERM
+		return rlimit{}, int(unix.EPERM)
 	}
 	m.set[target.pid] = record{want, target.pidNS, m.now()}
 	return old, 0

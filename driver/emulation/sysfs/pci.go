@@ -8,8 +8,8 @@ import (
 // The identity of QEMU's NVMe controller (QEMU 10.0, hw/nvme/ctrl.c), which is what
 // kubevirtci's --nvme adds to its nodes and what the EMULATED VFIO hop gives the guest.
 const (
-	vendorID          = 0x1b36 // Red Hat, Inc. (QEMU)
-	deviceID          = 0x0010 // QEMU NVM Express Controller
+	VendorID          = 0x1b36 // Red Hat, Inc. (QEMU)
+	DeviceID          = 0x0010 // QEMU NVM Express Controller
 	subsystemVendorID = 0x1af4
 	subsystemDeviceID = 0x1100
 	classCode         = 0x010802 // mass storage, non-volatile memory, NVM Express
@@ -52,21 +52,21 @@ func uevent(bdf, driver string) string {
 		fmt.Fprintf(&b, "DRIVER=%s\n", driver)
 	}
 	fmt.Fprintf(&b, "PCI_CLASS=%X\nPCI_ID=%04X:%04X\nPCI_SUBSYS_ID=%04X:%04X\nPCI_SLOT_NAME=%s\n",
-		classCode, vendorID, deviceID, subsystemVendorID, subsystemDeviceID, bdf)
+		classCode, VendorID, DeviceID, subsystemVendorID, subsystemDeviceID, bdf)
 	fmt.Fprintf(&b, "MODALIAS=%s\n", modalias())
 	return b.String()
 }
 
 func modalias() string {
-	return fmt.Sprintf("pci:v%08Xd%08Xsv%08Xsd%08Xbc%02Xsc%02Xi%02X", vendorID, deviceID,
+	return fmt.Sprintf("pci:v%08Xd%08Xsv%08Xsd%08Xbc%02Xsc%02Xi%02X", VendorID, DeviceID,
 		subsystemVendorID, subsystemDeviceID, classCode>>16, (classCode>>8)&0xff, classCode&0xff)
 }
 
 // attributes are the function's plain sysfs attributes.
 func attributes(c Controller) map[string]string {
 	return map[string]string{
-		"class": fmt.Sprintf("0x%06x\n", classCode), "vendor": fmt.Sprintf("0x%04x\n", vendorID),
-		"device": fmt.Sprintf("0x%04x\n", deviceID), "revision": fmt.Sprintf("0x%02x\n", revision),
+		"class": fmt.Sprintf("0x%06x\n", classCode), "vendor": fmt.Sprintf("0x%04x\n", VendorID),
+		"device": fmt.Sprintf("0x%04x\n", DeviceID), "revision": fmt.Sprintf("0x%02x\n", revision),
 		"subsystem_vendor": fmt.Sprintf("0x%04x\n", subsystemVendorID),
 		"subsystem_device": fmt.Sprintf("0x%04x\n", subsystemDeviceID),
 		"modalias":         modalias() + "\n",

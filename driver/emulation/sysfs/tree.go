@@ -118,6 +118,10 @@ func writeController(root string, c Controller) error {
 	return os.MkdirAll(filepath.Join(ns, "holders"), 0o755)
 }
 
+// DeviceStateRoot is where a node keeps each function's state (WriteDeviceState's root
+// there), and where a container holding the function's VFIO group sees it.
+const DeviceStateRoot = "/var/lib/kdc-emulated-pci"
+
 // WriteDeviceState creates what real hardware keeps in the device itself, under
 // root/<bdf>: its identity (serial, model) and its media, which persists as a device's
 // flash does. The EMULATED VFIO hop gives it to QEMU. Existing media is kept. The media
