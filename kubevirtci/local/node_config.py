@@ -30,7 +30,12 @@ CLUSTER_DOMAIN = "cluster.local"
 NODE_PROGRAMS = ("kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr",
                  "dra-sanity")
 # EMULATED: shows containers the node's emulated PCI tree (driver/cmd/nri-emulated-pci).
+# A node service that connects to containerd's NRI socket, not a plugin containerd
+# starts: containerd kills a plugin it starts once the plugin misses a request timeout,
+# and with it the memlock agent of every running VM.
 EMULATED_PCI_NRI_PLUGIN = "nri-emulated-pci"
+# Written by the plugin once containerd has registered it (and again after a reconnect).
+EMULATED_PCI_NRI_REGISTERED = "/run/kdc-emulated-pci/registered"
 
 
 @dataclass(frozen=True)
@@ -60,9 +65,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt"]
 [grpc]
   address = "{CONTAINERD_SOCKET}"
 
-# NRI starts the plugins in /opt/nri/plugins: the EMULATED PCI tree for containers.
-# A plugin that misses the request timeout is closed for good; 2 s (the default) is
-# missed on two cores busy with TCG guests.
+# NRI takes plugins at /var/run/nri/nri.sock: the EMULATED PCI tree for containers.
+# A plugin that misses the request timeout is closed (it reconnects); 2 s (the default)
+# is missed on two cores busy with TCG guests.
 [plugins.'io.containerd.nri.v1.nri']
   disable = false
   plugin_request_timeout = "15s"
@@ -185,9 +190,8 @@ def write_node_root(file_of: Callable[[str], Path], node: NodeAddress,
     put("/etc/hostname", node.name + "\n")
     put("/etc/hosts", f"127.0.0.1 localhost\n{node.ip} {node.name}\n"
                       f"{CONTROL_PLANE_IP} control-plane\n")
-    for name, path in [*((n, f"/usr/local/bin/{n}") for n in NODE_PROGRAMS),
-                       (EMULATED_PCI_NRI_PLUGIN, "/opt/nri/plugins/10-emulated-pci")]:
-        target = file_of(path)
+    for name in (*NODE_PROGRAMS, EMULATED_PCI_NRI_PLUGIN):
+        target = file_of(f"/usr/local/bin/{name}")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.unlink(missing_ok=True)
         try:  # a hard link: the node keeps its program even if the cache is rebuilt

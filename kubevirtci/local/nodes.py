@@ -12,14 +12,19 @@ from pathlib import Path
 from core.timeouts import Timeout
 from kubevirtci.local.layout import Layout
 from kubevirtci.local.network import NodeAddress, netns_path
-from kubevirtci.local.node_config import CONTAINERD_SOCKET, kubelet_args
+from kubevirtci.local.node_config import (
+    CONTAINERD_SOCKET,
+    EMULATED_PCI_NRI_PLUGIN,
+    EMULATED_PCI_NRI_REGISTERED,
+    kubelet_args,
+)
 from kubevirtci.local.node_init import remove_cgroup
 from kubevirtci.local.processes import ProcessSpec, Supervisor
 from kubevirtci.provider import Node, NodeCommandFailed
 
 NODE_INIT = Path(__file__).resolve().parent / "node_init.py"
 CGROUP_PARENT = "kdc"  # in every hierarchy: kdc/<node>, removed with the node
-SERVICES = ("containerd", "kubelet", "kube-proxy")
+SERVICES = ("containerd", EMULATED_PCI_NRI_PLUGIN, "kubelet", "kube-proxy")
 NODE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
@@ -82,8 +87,15 @@ class HermeticNode(Node):
     def start_services(self) -> None:
         self.supervisor.start(ProcessSpec(self.service("containerd"), [
             *self.enter(), "containerd", "--config=/etc/containerd/config.toml"], NODE_ENV))
-        self.supervisor.await_ready(self.service("containerd"), self._has_containerd_socket,
-                           Timeout.NODE_SERVICE_READY, f"containerd of {self.name}")
+        self.supervisor.await_ready(
+            self.service("containerd"), lambda: self._has(CONTAINERD_SOCKET),
+            Timeout.NODE_SERVICE_READY, f"containerd of {self.name}")
+        # Before the kubelet: every container must see the EMULATED PCI tree.
+        self.supervisor.start(ProcessSpec(self.service(EMULATED_PCI_NRI_PLUGIN), [
+            *self.enter(), EMULATED_PCI_NRI_PLUGIN], NODE_ENV))
+        self.supervisor.await_ready(
+            self.service(EMULATED_PCI_NRI_PLUGIN), lambda: self._has(EMULATED_PCI_NRI_REGISTERED),
+            Timeout.NODE_SERVICE_READY, f"the EMULATED PCI plugin of {self.name} to register")
 
     def start_kubernetes(self) -> None:
         self.supervisor.start(ProcessSpec(
@@ -91,9 +103,9 @@ class HermeticNode(Node):
         self.supervisor.start(ProcessSpec(self.service("kube-proxy"), [
             *self.enter(), "kube-proxy", "--config=/etc/kubernetes/kube-proxy.yaml"], NODE_ENV))
 
-    def _has_containerd_socket(self) -> bool:
+    def _has(self, path: str) -> bool:
         try:
-            self.run(["test", "-S", CONTAINERD_SOCKET])
+            self.run(["test", "-e", path])
         except NodeCommandFailed:
             return False
         return True
@@ -112,6 +124,7 @@ class HermeticNode(Node):
                             "for c in $(runc --root /run/containerd/runc/k8s.io list -q); do "
                             "runc --root /run/containerd/runc/k8s.io delete --force $c; done"],
                            capture_output=True)
+        self.supervisor.stop(self.service(EMULATED_PCI_NRI_PLUGIN))
         self.supervisor.stop(self.service("containerd"))
         self.supervisor.stop(self.name)
         remove_cgroup(self.cgroup)

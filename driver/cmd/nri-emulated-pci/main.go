@@ -1,11 +1,12 @@
 // Command nri-emulated-pci is an EMULATION for hosts without a PCI bus (the hermetic
-// cluster): an NRI plugin of the node's containerd that shows every container the node's
-// EMULATED PCI tree where the kernel would show the real one. sysfs is not namespaced for
-// PCI, so on real hardware every container sees /sys/bus/pci, /sys/devices/pci0000:00
-// and /sys/kernel/iommu_groups of its host; here those are folders of the node that the
-// fresh sysfs of a container does not have, so this plugin bind-mounts them over it,
-// read-only exactly when the container's /sys is. Containers that mount the node's /sys
-// themselves (hostPath) already see the tree and are left alone.
+// cluster): a node service, registered with the node's containerd as an NRI plugin,
+// that shows every container the node's EMULATED PCI tree where the kernel would show
+// the real one. sysfs is not namespaced for PCI, so on real hardware every container
+// sees /sys/bus/pci, /sys/devices/pci0000:00 and /sys/kernel/iommu_groups of its host;
+// here those are folders of the node that the fresh sysfs of a container does not have,
+// so this plugin bind-mounts them over it, read-only exactly when the container's /sys
+// is. Containers that mount the node's /sys themselves (hostPath) already see the tree
+// and are left alone.
 //
 // It also plays the part of the device behind a VFIO group: a container that holds
 // /dev/vfio/<group> gets, for each function of that group, the function's own state
@@ -17,12 +18,12 @@ package main
 
 import (
 	"context"
-	"io"
 	"log"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
@@ -33,9 +34,6 @@ import (
 
 // emulatedParts are the sysfs folders of the node's emulated PCI tree.
 var emulatedParts = []string{"/sys/bus/pci", "/sys/devices/pci0000:00", "/sys/kernel/iommu_groups"}
-
-// logFile is the plugin's log on the node.
-const logFile = "/var/log/nri-emulated-pci.log"
 
 // node is where the node shows its PCI tree and its functions' state.
 type node struct{ sysfs, deviceState string }
@@ -143,26 +141,50 @@ func (p plugin) CreateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.C
 	return p.node.adjustment(ctr), nil, nil
 }
 
+// registeredMarker tells the node that containerd has registered the plugin; the node
+// starts its kubelet only then.
+const registeredMarker = "/run/kdc-emulated-pci/registered"
+
+// reconnectPause spaces the attempts to reach containerd's NRI socket.
+const reconnectPause = time.Second
+
 func main() {
 	log.SetPrefix("nri-emulated-pci: ")
-	// containerd discards a pre-installed plugin's output: the node keeps a log.
-	if f, err := os.OpenFile(logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
-		log.SetOutput(io.MultiWriter(os.Stderr, f))
-	}
-	opts := []stub.Option{stub.WithOnClose(func() { os.Exit(0) })}
-	if os.Getenv(api.PluginNameEnvVar) == "" { // started by hand, not by containerd
-		opts = append(opts, stub.WithPluginName("emulated-pci"), stub.WithPluginIdx("10"))
-	}
 	limits := &memlockLimits{set: map[int]record{}, proc: procStatus, real: realMemlock,
 		now: ticksSinceBoot, allCaps: hostCapabilities()}
 	if err := serveMemlock(limits); err != nil {
 		log.Fatalf("cannot serve the EMULATED memlock agent: %v", err)
 	}
-	s, err := stub.New(plugin{node{sysfs: "/sys", deviceState: sysfs.DeviceStateRoot}}, opts...)
+	_ = os.Remove(registeredMarker)
+	// A node service, not a plugin containerd starts: containerd closes a plugin that
+	// misses a request timeout (and kills one it started, with the memlock agent of
+	// every running VM). This one connects again and keeps the agent.
+	p := plugin{node{sysfs: "/sys", deviceState: sysfs.DeviceStateRoot}}
+	for {
+		if err := runOnce(p); err != nil {
+			log.Printf("NRI: %v; connecting again", err)
+		} else {
+			log.Printf("NRI: containerd closed the connection; connecting again " +
+				"(containers created until then lack the EMULATED PCI tree)")
+		}
+		_ = os.Remove(registeredMarker)
+		time.Sleep(reconnectPause) // no event to wait on: containerd's socket is polled
+	}
+}
+
+// runOnce registers the plugin with containerd and serves it until the connection ends.
+func runOnce(p plugin) error {
+	s, err := stub.New(p, stub.WithPluginName("emulated-pci"), stub.WithPluginIdx("10"),
+		stub.WithOnClose(func() {}))
 	if err != nil {
-		log.Fatalf("cannot create the NRI stub: %v", err)
+		return err
 	}
-	if err := s.Run(context.Background()); err != nil {
-		log.Fatalf("plugin ended: %v", err)
+	if err := s.Start(context.Background()); err != nil {
+		return err
 	}
+	if err := os.WriteFile(registeredMarker, nil, 0o644); err != nil {
+		return err
+	}
+	s.Wait()
+	return nil
 }
