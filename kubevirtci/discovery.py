@@ -216,6 +216,13 @@ def _kubevirt_capabilities(facts: ClusterFacts, caps: Capabilities) -> None:
             caps.deny(Capability.KUBEVIRT_DEVICE_STATUS, "KubeVirt older than v1.6 has no DRA")
     if PERSISTENT_CLAIMS_GATE in facts.kubevirt_gates:
         caps.grant(Capability.PERSISTENT_DRA_CLAIMS)
+    elif version < (1, 10):
+        # pkg/virt-config/featuregate of v1.9.0 and earlier defines no such gate.
+        caps.deny(
+            Capability.PERSISTENT_DRA_CLAIMS,
+            f"KubeVirt {facts.kubevirt_version} lacks VEP 344 (its feature gates have no "
+            f"{PERSISTENT_CLAIMS_GATE}; VM-owned claims are not in any release up to v1.9)",
+        )
     else:
         caps.deny(
             Capability.PERSISTENT_DRA_CLAIMS,

@@ -11,6 +11,7 @@ from fixtures.launcher import (
     COMPUTE,
     compute_exec,
     domain_xml,
+    dra_hostdev_alias,
     hostdev_sources,
     metadata_dir,
     pci_resource_env_name,
@@ -107,7 +108,7 @@ def test_domain_xml_hostdev_source_matches_allocated_pci_bus_id(
     _dra_vm(objects, profile)
     vm = vms.running(kube, "vm", namespace)
     sources = hostdev_sources(domain_xml(kube, vm.pod, "vm", namespace))
-    alias = f"dra-{'gpu' if profile.device_kind == 'gpu' else 'hostdevice'}-nvme"
+    alias = dra_hostdev_alias(profile.device_kind, "nvme")
     assert sources.get(alias) == _allocated_bus_id(kube, namespace)[PCI_BUS_ID], sources
 
 

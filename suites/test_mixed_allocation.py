@@ -17,7 +17,7 @@ from fixtures.builders.vmi import (
     with_node_selector,
 )
 from fixtures.claims import REQUEST, free_devices, pick_free_device, plain_claim
-from fixtures.launcher import compute_exec, domain_xml, hostdev_sources
+from fixtures.launcher import compute_exec, domain_xml, dra_hostdev_alias, hostdev_sources
 from kubevirtci.capabilities import Capability
 
 pytestmark = [
@@ -68,7 +68,7 @@ def test_one_vm_with_device_plugin_and_dra_host_devices(kube, objects, namespace
     ))
     vm = vms.running(kube, "vm", namespace)
     addresses = _hostdev_addresses(kube, vm)
-    assert "dra-hostdevice-nvme" in addresses, addresses
+    assert dra_hostdev_alias(profile.device_kind, "nvme") in addresses, addresses
     assert len(set(addresses.values())) == len(addresses) >= 2, addresses
 
 

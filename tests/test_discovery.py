@@ -28,7 +28,7 @@ def test_beta_dra_gates_are_on_by_default_from_kubevirt_1_9(recorded):
                 Capability.DEVICE_PLUGIN_NVME, Capability.TWO_DEVICES_PER_NODE):
         assert caps.has(cap), cap
     assert "removed in v1.8.0" in caps.reason_missing(Capability.KUBEVIRT_DEVICE_STATUS)
-    assert "PersistentDRAClaims" in caps.reason_missing(Capability.PERSISTENT_DRA_CLAIMS)
+    assert "lacks VEP 344" in caps.reason_missing(Capability.PERSISTENT_DRA_CLAIMS)
 
 
 def test_disabled_gates_win_over_defaults():

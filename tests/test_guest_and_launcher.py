@@ -1,8 +1,19 @@
+import subprocess
+
 import pytest
 
 from fixtures import artifacts
 from fixtures.guest import ConsoleSession, GuestCommandFailed
-from fixtures.launcher import hostdev_sources, metadata_dir, pci_resource_env_name
+from fixtures.launcher import (
+    NON_ROOT_LIBVIRT,
+    domain_xml,
+    dra_hostdev_alias,
+    hostdev_elements,
+    hostdev_sources,
+    metadata_dir,
+    pci_resource_env_name,
+)
+from kubevirtci.provider import Node, NodePaths
 
 
 class ScriptedConsole:
@@ -59,7 +70,7 @@ DOMAIN_XML = """
 <domain type='kvm'><devices>
   <hostdev mode='subsystem' type='pci' managed='no'>
     <source><address domain='0x0000' bus='0x00' slot='0x05' function='0x0'/></source>
-    <alias name='dra-hostdevice-nvme'/>
+    <alias name='ua-dra-hostdevice-nvme'/>
     <address type='pci' domain='0x0000' bus='0x09' slot='0x00' function='0x0'/>
   </hostdev>
   <hostdev mode='subsystem' type='pci' managed='no'>
@@ -72,9 +83,77 @@ DOMAIN_XML = """
 
 def test_hostdev_source_addresses_by_alias():
     assert hostdev_sources(DOMAIN_XML) == {
-        "dra-hostdevice-nvme": "0000:00:05.0",
+        dra_hostdev_alias("hostDevice", "nvme"): "0000:00:05.0",
         "ua-hostdevice-dp": "0000:00:06.0",
     }
+
+
+class LocalNode(Node):
+    """A node whose files are a folder here: runs the command on this machine."""
+
+    def __init__(self, root):
+        self.name = "node01"
+        self.paths = NodePaths(sysfs=f"{root}/sys", kubelet=f"{root}/kubelet",
+                               cdi=(f"{root}/cdi",))
+
+    def run(self, argv, stdin=None):
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+
+def test_host_device_diagnostics_show_the_function_and_what_is_prepared_for_the_claim(tmp_path):
+    function = tmp_path / "sys/bus/pci/devices/0000:00:05.0"
+    group = tmp_path / "sys/kernel/iommu_groups/5/devices"
+    for folder in (function, group, tmp_path / "sys/bus/pci/drivers/vfio-pci",
+                   tmp_path / "cdi", tmp_path / "kubelet/plugins/nvme.example.com"):
+        folder.mkdir(parents=True)
+    (function / "uevent").write_text("DRIVER=vfio-pci\nPCI_ID=1B36:0010\n")
+    (function / "driver_override").write_text("(null)\n")
+    (function / "driver").symlink_to("../../drivers/vfio-pci")
+    (function / "iommu_group").symlink_to("../../../../kernel/iommu_groups/5")
+    (group / "0000:00:05.0").symlink_to("../../../../bus/pci/devices/0000:00:05.0")
+    (tmp_path / "cdi/nvme.example.com-uid-1.json").write_text('{"devices": ["uid-1"]}')
+    (tmp_path / "cdi/nvme.example.com-uid-2.json").write_text('{"devices": ["uid-2"]}')
+    (tmp_path / "kubelet/plugins/nvme.example.com/checkpoint.json").write_text('{"uid-1": {}}')
+    (tmp_path / "kubelet/dra_manager_state").write_text('{"Entries": ["uid-1"]}')
+
+    view = artifacts.node_device_view(LocalNode(tmp_path), ["0000:00:05.0"], ["uid-1"],
+                                      "nvme.example.com")
+
+    assert "== function 0000:00:05.0\nDRIVER=vfio-pci\nPCI_ID=1B36:0010" in view
+    assert "driver: ../../drivers/vfio-pci" in view
+    assert "iommu_group: ../../../../kernel/iommu_groups/5\n0000:00:05.0" in view
+    assert "nvme.example.com-uid-1.json (claim uid-1)" in view
+    assert "checkpoint.json (claim uid-1)" in view
+    assert "uid-2" not in view  # another claim's spec
+    assert '{"Entries": ["uid-1"]}' in view
+
+
+def test_hostdev_elements_are_the_domain_xml_parts_as_libvirt_wrote_them():
+    elements = hostdev_elements(DOMAIN_XML)
+    assert len(elements) == 2
+    assert elements[0].startswith("<hostdev mode='subsystem' type='pci' managed='no'>")
+    assert elements[0].endswith("</hostdev>") and "dra-hostdevice-nvme" in elements[0]
+
+
+class RecordingKube:
+    def __init__(self):
+        self.commands = []
+
+    def exec(self, name, namespace, container, command):
+        self.commands.append(command)
+        return "<domain/>"
+
+
+@pytest.mark.parametrize(("user", "connect"), [
+    (107, ["-c", NON_ROOT_LIBVIRT]),  # v1.9.0's launcher: libvirt's session daemon
+    (None, []),  # v1.8.x's launcher runs as root: libvirt's default URI
+])
+def test_domain_xml_is_read_from_the_libvirt_the_launcher_runs(user, connect):
+    pod = {"metadata": {"name": "virt-launcher-vm-x", "namespace": "ns"},
+           "spec": {"containers": [{"name": "compute", "securityContext": {"runAsUser": user}}]}}
+    kube = RecordingKube()
+    domain_xml(kube, pod, "vm", "ns")
+    assert kube.commands == [["virsh", *connect, "dumpxml", "ns_vm"]]
 
 
 def test_kubevirt_paths_and_env_names_follow_the_facts():

@@ -16,7 +16,7 @@ from kubevirtci.kubevirt_install import supports_virt_template_switch
 from kubevirtci.local import guest as local_guest
 from kubevirtci.local import kubevirt as local_kubevirt
 from kubevirtci.local.cluster import LocalCluster
-from kubevirtci.provider import Node, Provider
+from kubevirtci.provider import BIND_DEVICE_PLUGIN_NVME, Node, Provider
 
 EMULATION_NOTE = (
     "NVMe controllers are EMULATED on the hermetic cluster: each node's /sys/bus/pci, "
@@ -34,14 +34,6 @@ VFIO_HOP_NOTE = (
     "where QEMU would open the function through VFIO, a front on its PATH "
     "(/usr/local/bin/qemu-system-x86_64, driver/cmd/emulated-vfio-qemu) gives the guest "
     "QEMU's own NVMe controller with the function's serial and persistent media"
-)
-# The hop works (a DRA VM gets its device; the first 34 tests of a full run passed), but
-# a full run is not yet green: containerd closed the NRI plugin, and with it the memlock
-# agent, on a request that timed out under load (issue 12, in progress).
-HOST_DEVICES_NOT_YET_IN_CI = (
-    "PCI host devices reach hermetic VMs through the EMULATED VFIO hop, but not yet "
-    "reliably over a full run (the node's NRI plugin can be closed under load); they are "
-    "kept out of CI until a full run passes"
 )
 TCG_NOTE = ("KubeVirt runs QEMU with TCG (developerConfiguration.useEmulation): this "
             "host's KVM cannot boot a stock kernel and no node has /dev/kvm")
@@ -81,7 +73,7 @@ class LocalProvider(Provider):
             # Running VMs and the device plugin's NVMe are discovered; the guest is this
             # provider's own, a shell on the console; host devices pass the EMULATED hop.
             caps.grant(Capability.GUEST_ACCESS)
-            caps.deny(Capability.HOST_DEVICE_VMS, HOST_DEVICES_NOT_YET_IN_CI)
+            caps.grant(Capability.HOST_DEVICE_VMS)
         else:
             for cap in (Capability.KUBEVIRT, Capability.KUBEVIRT_DRA_GATES,
                         Capability.RUNNING_VMS, Capability.GUEST_ACCESS,
@@ -93,6 +85,12 @@ class LocalProvider(Provider):
 
     def node(self, name: str) -> Node:
         return self.cluster.node(name)
+
+    def prepare_device_plugin_devices(self, nodes: list[str]) -> None:
+        """As on kubevirtci: one controller per node bound to vfio-pci for KubeVirt's PCI
+        device plugin, through the (EMULATED) kernel's driver_override interface."""
+        for node in nodes:
+            self.node(node).run(["sh", "-c", BIND_DEVICE_PLUGIN_NVME])
 
     def load_images(self, images: list[str]) -> None:
         """Build the images this project knows and import them into every node; any
