@@ -6,7 +6,8 @@ the run output folder; never a timed assertion.
 Measures: hermetic cluster ready from cached binaries (target <= 30 s), KubeVirt's
 build (cold or cached), its control plane ready from cached images (<= 90 s), KubeVirt
 Available (<= 120 s), a plain VM to a console answer (<= 30 s) and a stop/start cycle,
-cluster RSS
+a DRA VM (the reference driver's NVMe through the EMULATED VFIO hop) to Running and to a
+console answer, cluster RSS
 (<= 3 GiB), full hermetic conformance run (<= 30 min), -n 2 speed-up (>= 1.5x),
 per-test fixture overhead (median <= 2 s), flakes over N consecutive runs (0) and what
 teardown leaves behind (nothing)."""
@@ -31,8 +32,11 @@ from core.profile import load as load_profile  # noqa: E402
 from core.timeouts import Timeout  # noqa: E402
 from core.waits import has_condition, wait_for  # noqa: E402
 from fixtures import vms  # noqa: E402
+from fixtures.builders.vmi import with_claim_reference  # noqa: E402
+from fixtures.claims import REQUEST, plain_claim  # noqa: E402
 from fixtures.guest import SerialConsoleGuestAccess  # noqa: E402
 from fixtures.options import DEFAULT_KUBEVIRT_VERSION  # noqa: E402
+from kubevirtci.installers import DriverInstaller  # noqa: E402
 from kubevirtci.kubevirt_install import CR_NAME, KubeVirtInstaller  # noqa: E402
 from kubevirtci.local import components  # noqa: E402
 from kubevirtci.local import guest as local_guest  # noqa: E402
@@ -55,11 +59,10 @@ def cluster_rss_bytes(cluster: LocalCluster) -> int:
     return total
 
 
-def kubevirt_ready(cluster: LocalCluster, kube: Kube, version: str) -> dict[str, float]:
+def kubevirt_ready(kube: Kube, provider: LocalProvider, version: str) -> dict[str, float]:
     """Seconds from applying the operator manifest (images cached, then imported) to
     virt-operator, virt-api and virt-controller available, and to KubeVirt Available
     (virt-handler ready on every node)."""
-    provider = LocalProvider(OUT, cluster=cluster, kubevirt_version=version)
     start = time.monotonic()
     KubeVirtInstaller(kube, version, provider, await_node_agents=False).install()
     control_plane = time.monotonic() - start
@@ -70,18 +73,22 @@ def kubevirt_ready(cluster: LocalCluster, kube: Kube, version: str) -> dict[str,
             "kubevirt_available_seconds": round(time.monotonic() - start, 1)}
 
 
-def vm_timings(kube: Kube) -> dict[str, float]:
-    """A plain VM of the local guest: seconds from create to a command answered on its
-    console, and of a stop/start cycle back to a console answer."""
+def vm_timings(kube: Kube, provider: LocalProvider) -> dict[str, float]:
+    """VMs of the local guest: a plain VM's seconds from create to a command answered on
+    its console and of a stop/start cycle back to one; then, with the reference driver
+    installed, a DRA VM's seconds from create to Running and to a console answer."""
     namespace = f"kdc-benchmark-{kube.run_id}"
     guest = local_guest.guest()
     profile = dataclasses.replace(load_profile("reference-nvme"), guest=guest)
     console = SerialConsoleGuestAccess(kube.api_client, guest.user, guest.password)
+
+    def create(obj: dict[str, object]) -> None:
+        kube.create({**obj, "metadata": {**obj["metadata"], "namespace": namespace}})
+
     kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     try:
         start = time.monotonic()
-        kube.create({**vms.guest_vm("vm", profile), "metadata": {
-            "name": "vm", "namespace": namespace}})
+        create(vms.guest_vm("vm", profile))
         vms.running(kube, "vm", namespace)
         console.run("vm", namespace, "true")
         boot = time.monotonic() - start
@@ -90,8 +97,20 @@ def vm_timings(kube: Kube) -> dict[str, float]:
         vms.start(kube, "vm", namespace)
         vms.running(kube, "vm", namespace)
         console.run("vm", namespace, "true")
+        stop_start = time.monotonic() - start
+        provider.load_images(list(profile.images))
+        DriverInstaller(kube, profile, provider.adapt_manifest).install()
+        create(plain_claim("nvme", profile))
+        start = time.monotonic()
+        create(vms.guest_vm("dra-vm", profile, with_claim_reference("nvme", "nvme"),
+                            vms.dra_device(profile, "nvme", "nvme", REQUEST)))
+        vms.running(kube, "dra-vm", namespace)
+        dra_running = time.monotonic() - start
+        console.run("dra-vm", namespace, "true")
         return {"vm_console_seconds": round(boot, 1),
-                "vm_stop_start_seconds": round(time.monotonic() - start, 1)}
+                "vm_stop_start_seconds": round(stop_start, 1),
+                "dra_vm_running_seconds": round(dra_running, 1),
+                "dra_vm_console_seconds": round(time.monotonic() - start, 1)}
     finally:
         kube.delete("Namespace", namespace)
 
@@ -160,6 +179,8 @@ def main() -> int:
     cluster.up()
     ready = round(time.monotonic() - start, 1)
     kube = Kube(load_api_client(cluster.layout.admin_kubeconfig, None), "benchmark")
+    provider = LocalProvider(OUT, cluster=cluster, kubevirt_version=DEFAULT_KUBEVIRT_VERSION)
+    provider.prepare_device_plugin_devices(cluster.config().nodes)
     kubevirt = components.kubevirt_component(DEFAULT_KUBEVIRT_VERSION)
     kubevirt_cold = not kubevirt.cached()
     start = time.monotonic()
@@ -170,8 +191,8 @@ def main() -> int:
         "kubevirt_build_seconds": round(time.monotonic() - start, 1),
         "kubevirt_build_was_cold": kubevirt_cold,
         "cluster_ready_seconds": ready,
-        **kubevirt_ready(cluster, kube, DEFAULT_KUBEVIRT_VERSION),
-        **vm_timings(kube),
+        **kubevirt_ready(kube, provider, DEFAULT_KUBEVIRT_VERSION),
+        **vm_timings(kube, provider),
         "cluster_rss_bytes": cluster_rss_bytes(cluster),
     }
     runs = [] if args.skip_conformance else [
@@ -202,6 +223,8 @@ def main() -> int:
           "(virt-handler ready on every node; target <= 120)")
     print(f"plain VM to a console answer: {results['vm_console_seconds']} s (target <= 30); "
           f"stop/start cycle: {results['vm_stop_start_seconds']} s")
+    print(f"DRA VM (EMULATED VFIO hop) to Running: {results['dra_vm_running_seconds']} s; "
+          f"to a console answer: {results['dra_vm_console_seconds']} s")
     print(f"cluster RSS: {gib:.2f} GiB (target <= 3)")
     if runs:
         print(f"full conformance run: {runs[0]['seconds']} s (target <= 1800)")

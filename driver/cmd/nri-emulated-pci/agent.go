@@ -83,6 +83,22 @@ func receiveListener(conn *net.UnixConn) (int, error) {
 	return -1, errors.New("the message carries no file descriptor")
 }
 
+// awaitNotification blocks until a notification is pending on the listener; false once
+// no process uses the filter any more. NOTIF_RECV alone cannot tell: on a filter
+// without users it returns ENOENT at once, every time.
+func awaitNotification(fd int) bool {
+	for {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return false
+		}
+		return fds[0].Revents&unix.POLLIN != 0 // else POLLHUP: the filter has no users
+	}
+}
+
 func ioctl(fd int, request uintptr, arg unsafe.Pointer) error {
 	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), request, uintptr(arg)); errno != 0 {
 		return errno
@@ -93,12 +109,15 @@ func ioctl(fd int, request uintptr, arg unsafe.Pointer) error {
 func (m *memlockLimits) serve(fd int) {
 	defer unix.Close(fd)
 	for {
+		if !awaitNotification(fd) {
+			return // the container has gone
+		}
 		raw := make([]byte, 80)
 		if err := ioctl(fd, notifRecv, unsafe.Pointer(&raw[0])); err != nil {
 			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ENOENT) {
-				continue
+				continue // the caller was interrupted or killed meanwhile
 			}
-			return // the container has gone
+			return
 		}
 		n := notification{
 			id:  binary.LittleEndian.Uint64(raw),
