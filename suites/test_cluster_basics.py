@@ -74,10 +74,11 @@ def test_a_cluster_ip_service_routes_to_a_pod_on_another_node(kube, objects, nam
     answers: list[str] = []
 
     def answered() -> bool:
-        # kube-proxy programs the rules shortly after the endpoints appear.
+        # kube-proxy programs the rules shortly after the endpoints appear; until then
+        # nc reports its own failure ("nc: timed out"), which is no answer.
         answers.append(_exec(kube, "client", namespace,
                              f"printf {HTTP_GET!r} | nc -w 3 {ip} 80 | tail -n 1").strip())
-        return bool(answers[-1])
+        return bool(answers[-1]) and not answers[-1].startswith("nc:")
 
     waits.poll(answered, Timeout.SERVICE_ROUTED, f"Service {ip} to answer on {client}")
     assert answers[-1] == "server", f"the Service answered {answers[-1]!r}, not the server pod"
