@@ -34,7 +34,8 @@ NODE_PROGRAMS = ("kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2
 # starts: containerd kills a plugin it starts once the plugin misses a request timeout,
 # and with it the memlock agent of every running VM.
 EMULATED_PCI_NRI_PLUGIN = "nri-emulated-pci"
-# Written by the plugin once containerd has registered it (and again after a reconnect).
+# Written by the plugin once containerd has registered it (and again after a reconnect);
+# registeredMarker in driver/cmd/nri-emulated-pci.
 EMULATED_PCI_NRI_REGISTERED = "/run/kdc-emulated-pci/registered"
 
 

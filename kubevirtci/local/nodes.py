@@ -88,14 +88,15 @@ class HermeticNode(Node):
         self.supervisor.start(ProcessSpec(self.service("containerd"), [
             *self.enter(), "containerd", "--config=/etc/containerd/config.toml"], NODE_ENV))
         self.supervisor.await_ready(
-            self.service("containerd"), lambda: self._has(CONTAINERD_SOCKET),
+            self.service("containerd"), lambda: self._has("-S", CONTAINERD_SOCKET),
             Timeout.NODE_SERVICE_READY, f"containerd of {self.name}")
         # Before the kubelet: every container must see the EMULATED PCI tree.
         self.supervisor.start(ProcessSpec(self.service(EMULATED_PCI_NRI_PLUGIN), [
             *self.enter(), EMULATED_PCI_NRI_PLUGIN], NODE_ENV))
         self.supervisor.await_ready(
-            self.service(EMULATED_PCI_NRI_PLUGIN), lambda: self._has(EMULATED_PCI_NRI_REGISTERED),
-            Timeout.NODE_SERVICE_READY, f"the EMULATED PCI plugin of {self.name} to register")
+            self.service(EMULATED_PCI_NRI_PLUGIN),
+            lambda: self._has("-f", EMULATED_PCI_NRI_REGISTERED), Timeout.NODE_SERVICE_READY,
+            f"the EMULATED PCI plugin of {self.name} to register")
 
     def start_kubernetes(self) -> None:
         self.supervisor.start(ProcessSpec(
@@ -103,9 +104,10 @@ class HermeticNode(Node):
         self.supervisor.start(ProcessSpec(self.service("kube-proxy"), [
             *self.enter(), "kube-proxy", "--config=/etc/kubernetes/kube-proxy.yaml"], NODE_ENV))
 
-    def _has(self, path: str) -> bool:
+    def _has(self, kind: str, path: str) -> bool:
+        """``test KIND PATH`` on the node (``-S``: a socket, ``-f``: a file)."""
         try:
-            self.run(["test", "-e", path])
+            self.run(["test", kind, path])
         except NodeCommandFailed:
             return False
         return True

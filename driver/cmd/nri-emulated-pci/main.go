@@ -142,7 +142,7 @@ func (p plugin) CreateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.C
 }
 
 // registeredMarker tells the node that containerd has registered the plugin; the node
-// starts its kubelet only then.
+// starts its kubelet only then (EMULATED_PCI_NRI_REGISTERED in kubevirtci/local).
 const registeredMarker = "/run/kdc-emulated-pci/registered"
 
 // reconnectPause spaces the attempts to reach containerd's NRI socket.
