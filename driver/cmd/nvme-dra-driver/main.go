@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -29,7 +30,6 @@ import (
 	"github.com/kubevirt-dra-conformance/driver/pkg/driver"
 	"github.com/kubevirt-dra-conformance/driver/pkg/inventory"
 	"github.com/kubevirt-dra-conformance/driver/pkg/pci"
-	"github.com/kubevirt-dra-conformance/driver/pkg/state"
 )
 
 const defaultDriverName = "nvme.dra.kubevirt-conformance.io"
@@ -39,7 +39,7 @@ type flags struct {
 	sysfsRoot, devRoot, cdiDir, hostProc          string
 	kubeletDir, pluginDir, registrarDir, stateDir string
 	readyAddr, probe                              string
-	rescanInterval, bindSettle                    time.Duration
+	rescanInterval, bindSettle, healthInterval    time.Duration
 }
 
 func parseFlags() flags {
@@ -59,6 +59,7 @@ func parseFlags() flags {
 	flag.StringVar(&f.probe, "probe", "", "probe a running driver's ready endpoint at this address and exit")
 	flag.DurationVar(&f.rescanInterval, "rescan-interval", 10*time.Second, "how often sysfs is re-read")
 	flag.DurationVar(&f.bindSettle, "bind-settle", 5*time.Second, "how long a driver bind may take to show in sysfs")
+	flag.DurationVar(&f.healthInterval, "health-interval", 10*time.Second, "how often device health is checked and sent to the kubelet")
 	klog.InitFlags(nil)
 	flag.Parse()
 	if f.pluginDir == "" {
@@ -99,8 +100,12 @@ func run(f flags) error {
 	if f.nodeName == "" {
 		return fmt.Errorf("no node name: pass --node-name or set NODE_NAME (downward API spec.nodeName)")
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer cancel()
+	signals, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	// A fatal error from the helper cancels everything; run returns it, so the plugin
+	// exits non-zero and is restarted.
+	ctx, fail := context.WithCancelCause(signals)
+	defer fail(nil)
 	logger := klog.FromContext(ctx)
 
 	cfg, err := restConfig(f.kubeconfig)
@@ -116,7 +121,8 @@ func run(f flags) error {
 			return fmt.Errorf("creating %s: %w", dir, err)
 		}
 	}
-	checkpoint, err := state.Load(filepath.Join(f.stateDir, "checkpoint.json"))
+	specs := cdi.Spec{Vendor: f.driverName, Dir: f.cdiDir, DevRoot: f.devRoot}
+	checkpoint, err := driver.LoadCheckpoint(ctx, filepath.Join(f.stateDir, "checkpoint.json"), f.driverName, specs)
 	if err != nil {
 		return err
 	}
@@ -130,8 +136,10 @@ func run(f flags) error {
 			MountsFile: filepath.Join(f.hostProc, "1", "mounts"),
 			SwapsFile:  filepath.Join(f.hostProc, "swaps"),
 		},
-		CDI:        cdi.Spec{Vendor: f.driverName, Dir: f.cdiDir, DevRoot: f.devRoot},
-		Checkpoint: checkpoint,
+		CDI:            specs,
+		Checkpoint:     checkpoint,
+		Fatal:          fail,
+		HealthInterval: f.healthInterval,
 	})
 	devices, _, err := drv.Rescan(ctx)
 	if err != nil {
@@ -167,6 +175,9 @@ func run(f flags) error {
 	for {
 		select {
 		case <-ctx.Done():
+			if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) {
+				return cause
+			}
 			return nil
 		case <-ticker.C:
 			devices, changed, err := drv.Rescan(ctx)

@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// Kernel is the EMULATED kernel side of driver binding: it reacts to writes to
-// driver_override, drivers/<drv>/unbind, drivers/<drv>/bind and drivers_probe as
-// Linux does (Documentation/ABI/testing/sysfs-bus-pci).
+// Kernel is the EMULATED kernel side of driver binding and hot removal: it reacts to
+// writes to driver_override, drivers/<drv>/unbind, drivers/<drv>/bind, drivers_probe
+// and a device's remove as Linux does (Documentation/ABI/testing/sysfs-bus-pci).
 type Kernel struct {
 	Root string
 }
@@ -63,6 +63,20 @@ func (k Kernel) bind(bdf, drv string) {
 	}
 }
 
+// remove takes the function off the bus: its device folder and every link to it go.
+func (k Kernel) remove(bdf string) {
+	dev, err := filepath.EvalSymlinks(k.device(bdf))
+	if err != nil {
+		return
+	}
+	if group, err := filepath.EvalSymlinks(filepath.Join(dev, "iommu_group")); err == nil {
+		_ = os.Remove(filepath.Join(group, "devices", bdf))
+	}
+	_ = os.Remove(k.device(bdf))
+	_ = os.RemoveAll(dev)
+	_ = os.RemoveAll(filepath.Dir(k.stash(bdf)))
+}
+
 func readOverride(dev string) string {
 	b, _ := os.ReadFile(filepath.Join(dev, "driver_override"))
 	// Writing "\n" clears the override; the kernel then shows "(null)".
@@ -84,6 +98,12 @@ func (k Kernel) Step() {
 		}
 		if bdf := takeRequest(filepath.Join(k.Root, "bus/pci/drivers", drv, "bind")); bdf != "" {
 			k.bind(bdf, drv)
+		}
+	}
+	devices, _ := os.ReadDir(filepath.Join(k.Root, "bus/pci/devices"))
+	for _, dev := range devices {
+		if takeRequest(filepath.Join(k.device(dev.Name()), "remove")) == "1" {
+			k.remove(dev.Name())
 		}
 	}
 	if probe != "" {

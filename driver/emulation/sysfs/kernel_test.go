@@ -33,3 +33,29 @@ func TestPendingUnbindAndProbeAreAppliedInOrder(t *testing.T) {
 		t.Fatal("the nvme class device must be gone while vfio-pci holds the function")
 	}
 }
+
+// Writing 1 to a function's remove takes it off the bus: its folder and the links to it
+// go, the other functions stay.
+func TestRemoveTakesOnlyThatFunctionOffTheBus(t *testing.T) {
+	root := t.TempDir()
+	if err := Build(root, KubevirtciControllers([]int64{1 << 20, 1 << 20})); err != nil {
+		t.Fatal(err)
+	}
+	const bdf = "0000:00:05.0"
+	if err := os.WriteFile(filepath.Join(root, "bus/pci/devices", bdf, "remove"), []byte("1"), 0o200); err != nil {
+		t.Fatal(err)
+	}
+	Kernel{Root: root}.Step()
+	for _, gone := range []string{
+		filepath.Join(root, "bus/pci/devices", bdf),
+		filepath.Join(root, "devices/pci0000:00", bdf),
+		filepath.Join(root, "kernel/iommu_groups/10/devices", bdf),
+	} {
+		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
+			t.Errorf("%s must be gone", gone)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "bus/pci/devices/0000:00:06.0/config")); err != nil {
+		t.Errorf("the other function must stay: %v", err)
+	}
+}

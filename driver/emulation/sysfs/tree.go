@@ -71,6 +71,7 @@ func Build(root string, controllers []Controller) error {
 		files := attributes(c)
 		files["uevent"] = uevent(bdf, "nvme")
 		files["config"] = string(configSpace())
+		files["remove"] = "" // write-only: "1" takes the function off the bus
 		for name, content := range files {
 			if err := write(filepath.Join(dev, name), content); err != nil {
 				return err

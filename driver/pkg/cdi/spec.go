@@ -1,19 +1,20 @@
 // Package cdi writes the CDI specs that give a container the VFIO nodes of the devices
-// prepared for a claim, and the env contract that names their PCI addresses.
+// prepared for a claim, and the env contract that names their PCI addresses. Specs go
+// through the CDI library's cache: it validates them, and writes and removes them the
+// way container runtimes expect.
 package cdi
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 )
 
-// Vendor and Class make the CDI kind "<vendor>/<class>".
+// Class makes the CDI kind "<vendor>/<class>".
 const Class = "vfio"
 
 // Spec describes one claim's CDI devices.
@@ -25,21 +26,37 @@ type Spec struct {
 
 // DeviceEdits is what one prepared device adds to a container.
 type DeviceEdits struct {
-	Name       string // CDI device name: unique per claim, never reused
-	PCIAddress string
-	Serial     string
-	IOMMUGroup int
-	Request    string
+	Name        string // CDI device name: unique per claim, never reused
+	PCIAddress  string
+	Serial      string
+	IOMMUGroup  int
+	Request     string
+	Annotations map[string]string // the driver's own record of the device
+}
+
+// ClaimSpec is a claim's spec as found on the node.
+type ClaimSpec struct {
+	Annotations map[string]string
+	Devices     []DeviceEdits // Name and Annotations only
 }
 
 // Kind is "<vendor>/vfio".
 func (s Spec) Kind() string { return s.Vendor + "/" + Class }
 
 // QualifiedName is the CDI device id the kubelet passes to the runtime.
-func (s Spec) QualifiedName(device string) string { return s.Kind() + "=" + device }
+func (s Spec) QualifiedName(device string) string {
+	return parser.QualifiedName(s.Vendor, Class, device)
+}
 
-func (s Spec) path(claimUID string) string {
-	return filepath.Join(s.Dir, fmt.Sprintf("%s-%s.json", strings.ReplaceAll(s.Vendor, "/", "_"), claimUID))
+// fileName is the transient spec's name: tied to the claim, so never reused.
+func (s Spec) fileName(claimUID string) string {
+	return cdiapi.GenerateTransientSpecName(s.Vendor, Class, claimUID) + ".json"
+}
+
+func (s Spec) cache() *cdiapi.Cache {
+	// NewCache's error is always nil (kept for API compatibility, see its doc).
+	cache, _ := cdiapi.NewCache(cdiapi.WithSpecDirs(s.Dir), cdiapi.WithAutoRefresh(false))
+	return cache
 }
 
 // EnvName is the documented env contract: DRA_NVME_<REQUEST>_PCI_ADDRESS (and _SERIAL),
@@ -56,13 +73,15 @@ func EnvName(request, suffix string) string {
 	return "DRA_NVME_" + b.String() + "_" + suffix
 }
 
-// Build returns the CDI spec for a claim's devices.
-func (s Spec) Build(devices []DeviceEdits) specs.Spec {
-	spec := specs.Spec{Version: "0.6.0", Kind: s.Kind()}
+// Build returns the CDI spec for a claim's devices, at the oldest CDI version that can
+// carry it (so older runtimes read it too).
+func (s Spec) Build(annotations map[string]string, devices []DeviceEdits) (*specs.Spec, error) {
+	spec := &specs.Spec{Kind: s.Kind(), Annotations: annotations}
 	for _, d := range devices {
 		group := fmt.Sprintf("/dev/vfio/%d", d.IOMMUGroup)
 		spec.Devices = append(spec.Devices, specs.Device{
-			Name: d.Name,
+			Name:        d.Name,
+			Annotations: d.Annotations,
 			ContainerEdits: specs.ContainerEdits{
 				Env: []string{
 					EnvName(d.Request, "PCI_ADDRESS") + "=" + d.PCIAddress,
@@ -75,30 +94,61 @@ func (s Spec) Build(devices []DeviceEdits) specs.Spec {
 			},
 		})
 	}
-	return spec
+	version, err := cdiapi.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, err
+	}
+	spec.Version = version
+	return spec, nil
 }
 
-// Write stores a claim's spec atomically.
-func (s Spec) Write(claimUID string, devices []DeviceEdits) error {
-	data, err := json.MarshalIndent(s.Build(devices), "", " ")
+// Write stores a claim's spec, validated by the CDI library. A claim with nothing to
+// inject gets no spec: a spec without devices is invalid, and the CDI library (so the
+// runtime too) would then report errors for this driver's specs.
+func (s Spec) Write(claimUID string, annotations map[string]string, devices []DeviceEdits) error {
+	if len(devices) == 0 {
+		return s.Remove(claimUID)
+	}
+	spec, err := s.Build(annotations, devices)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
-		return err
-	}
-	tmp := s.path(claimUID) + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, s.path(claimUID))
+	return s.cache().WriteSpec(spec, s.fileName(claimUID))
 }
 
 // Remove deletes a claim's spec; a missing spec is fine (idempotent).
 func (s Spec) Remove(claimUID string) error {
-	err := os.Remove(s.path(claimUID))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+	return s.cache().RemoveSpec(s.fileName(claimUID))
+}
+
+// Claims reads this driver's specs on the node, by claim UID, through the CDI library
+// (which also names any spec of ours that it cannot read).
+func (s Spec) Claims() (map[string]ClaimSpec, error) {
+	prefix := cdiapi.GenerateTransientSpecName(s.Vendor, Class, "")
+	cache := s.cache()
+	if err := cache.Refresh(); err != nil {
+		// The errors name specs of every vendor in the folder; only ours matter here.
+		for path, errs := range cache.GetErrors() {
+			if strings.HasPrefix(filepath.Base(path), prefix) {
+				return nil, fmt.Errorf("CDI spec %s: %v", path, errs)
+			}
+		}
 	}
-	return err
+	out := map[string]ClaimSpec{}
+	for _, spec := range cache.GetVendorSpecs(s.Vendor) {
+		if spec.GetClass() != Class {
+			continue
+		}
+		name := strings.TrimSuffix(filepath.Base(spec.GetPath()), filepath.Ext(spec.GetPath()))
+		uid, ok := strings.CutPrefix(name, prefix)
+		if !ok {
+			continue
+		}
+		claim := ClaimSpec{Annotations: spec.Annotations}
+		for _, d := range spec.Devices {
+			claim.Devices = append(claim.Devices, DeviceEdits{Name: d.Name, Annotations: d.Annotations})
+		}
+		out[uid] = claim
+	}
+	return out, nil
 }

@@ -13,10 +13,10 @@ func TestSpecCarriesVFIONodesAndTheEnvContract(t *testing.T) {
 	s := Spec{Vendor: "nvme.dra.kubevirt-conformance.io", Dir: dir, DevRoot: "/host/dev"}
 	edits := []DeviceEdits{{Name: "uid1-nvme-0000-00-05-0", PCIAddress: "0000:00:05.0",
 		Serial: "nvme-0", IOMMUGroup: 10, Request: "dev"}}
-	if err := s.Write("uid1", edits); err != nil {
+	if err := s.Write("uid1", nil, edits); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, "nvme.dra.kubevirt-conformance.io-uid1.json")
+	path := filepath.Join(dir, "nvme.dra.kubevirt-conformance.io-vfio_uid1.json")
 	parsed, err := cdi.ReadSpec(path, 0)
 	if err != nil {
 		t.Fatalf("the CDI library must parse our spec: %v", err)
@@ -50,5 +50,47 @@ func TestSpecCarriesVFIONodesAndTheEnvContract(t *testing.T) {
 func TestEnvNameSanitizesRequestNames(t *testing.T) {
 	if got := EnvName("gpu-a/sub.1", "PCI_ADDRESS"); got != "DRA_NVME_GPU_A_SUB_1_PCI_ADDRESS" {
 		t.Errorf("EnvName = %s", got)
+	}
+}
+
+func TestASpecWithoutDevicesIsInvalidSoNoneIsWritten(t *testing.T) {
+	dir := t.TempDir()
+	s := Spec{Vendor: "nvme.dra.kubevirt-conformance.io", Dir: dir, DevRoot: "/dev"}
+	empty, err := s.Build(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, _ := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err := cache.WriteSpec(empty, "empty.json"); err == nil {
+		t.Fatal("the CDI library accepted a spec without devices; the driver's guard would be moot")
+	}
+	if err := s.Write("uid1", map[string]string{"a.example.com/k": "v"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
+		t.Fatalf("nothing to inject must write nothing, found %v", files)
+	}
+}
+
+func TestClaimsReadsBackTheAnnotationsOfThisDriversSpecs(t *testing.T) {
+	dir := t.TempDir()
+	s := Spec{Vendor: "nvme.dra.kubevirt-conformance.io", Dir: dir, DevRoot: "/dev"}
+	other := Spec{Vendor: "gpu.example.com", Dir: dir, DevRoot: "/dev"}
+	edits := []DeviceEdits{{Name: "uid1-nvme-0000-00-05-0", PCIAddress: "0000:00:05.0", IOMMUGroup: 10,
+		Request: "dev", Annotations: map[string]string{"nvme.dra.kubevirt-conformance.io/prepared-device": "{}"}}}
+	if err := s.Write("uid1", map[string]string{"nvme.dra.kubevirt-conformance.io/claim-name": "c"}, edits); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Write("uid2", nil, []DeviceEdits{{Name: "uid2-gpu", IOMMUGroup: 11, Request: "gpu"}}); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := s.Claims()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := claims["uid1"]
+	if len(claims) != 1 || !ok || got.Annotations["nvme.dra.kubevirt-conformance.io/claim-name"] != "c" ||
+		got.Devices[0].Annotations["nvme.dra.kubevirt-conformance.io/prepared-device"] != "{}" {
+		t.Fatalf("claims %+v", claims)
 	}
 }

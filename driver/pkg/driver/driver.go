@@ -5,15 +5,18 @@ package driver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
 	"sync"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
@@ -32,6 +35,11 @@ type Config struct {
 	Host       inventory.Host
 	CDI        cdi.Spec
 	Checkpoint *state.Checkpoint
+	// Fatal ends the plugin on an error the helper reports as not recoverable, so that
+	// the kubelet's restart starts it afresh (the helper's documented contract).
+	Fatal func(error)
+	// HealthInterval is how often device health is checked and re-sent to the kubelet.
+	HealthInterval time.Duration
 }
 
 // Driver is the DRAPlugin. The helper serializes gRPC calls; the mutex also covers the
@@ -100,6 +108,9 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
 	}
+	claimAnnotations := map[string]string{
+		d.annotation(claimNamespaceKey): claim.Namespace, d.annotation(claimNameKey): claim.Name,
+	}
 	prepared := state.PreparedClaim{Namespace: claim.Namespace, Name: claim.Name}
 	var edits []cdi.DeviceEdits
 	for _, result := range claim.Status.Allocation.Devices.Results {
@@ -125,15 +136,22 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		fn := dev.Function
 		fn.IOMMUGroup = group
 		cdiName := uid + "-" + dev.Name
-		prepared.Devices = append(prepared.Devices, state.PreparedDevice{
+		record := state.PreparedDevice{
 			Request: result.Request, Pool: result.Pool, Device: result.Device, Function: fn,
 			OriginalDriver: original, CDIDeviceID: d.cfg.CDI.QualifiedName(cdiName),
-		})
+		}
+		prepared.Devices = append(prepared.Devices, record)
+		recorded, err := json.Marshal(record)
+		if err != nil {
+			return nil, d.rollback(prepared, err)
+		}
 		edits = append(edits, cdi.DeviceEdits{
-			Name: cdiName, PCIAddress: fn.BDF, Serial: fn.Serial, IOMMUGroup: group, Request: result.Request,
+			Name: cdiName, PCIAddress: fn.BDF, Serial: fn.Serial, IOMMUGroup: group,
+			Request:     resourceclaim.BaseRequestRef(result.Request),
+			Annotations: map[string]string{d.annotation(preparedDeviceKey): string(recorded)},
 		})
 	}
-	if err := d.cfg.CDI.Write(uid, edits); err != nil {
+	if err := d.cfg.CDI.Write(uid, claimAnnotations, edits); err != nil {
 		return nil, d.rollback(prepared, fmt.Errorf("writing CDI spec: %w", err))
 	}
 	if err := d.cfg.Checkpoint.Put(uid, prepared); err != nil {
@@ -155,10 +173,11 @@ func (d *Driver) rollback(prepared state.PreparedClaim, cause error) error {
 func (d *Driver) results(pc state.PreparedClaim) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, 0, len(pc.Devices))
 	for _, dev := range pc.Devices {
-		attrs := inventory.Device{Name: dev.Device, Function: dev.Function,
-			PCIeRoot: d.pcieRoot(dev.Device)}.Attributes()
+		attrs := d.describe(dev).Attributes()
 		out = append(out, kubeletplugin.Device{
-			Requests:     []string{dev.Request},
+			// The base request: the helper files KEP-5304 metadata under the name given
+			// here, and KubeVirt looks a device up by its VMI's request name.
+			Requests:     []string{resourceclaim.BaseRequestRef(dev.Request)},
 			PoolName:     dev.Pool,
 			DeviceName:   dev.Device,
 			CDIDeviceIDs: []string{dev.CDIDeviceID},
@@ -168,8 +187,13 @@ func (d *Driver) results(pc state.PreparedClaim) []kubeletplugin.Device {
 	return out
 }
 
-func (d *Driver) pcieRoot(device string) string {
-	return d.devices[device].PCIeRoot
+// describe is the device as last discovered; a device gone from the node since is
+// described by its checkpointed identity alone.
+func (d *Driver) describe(dev state.PreparedDevice) inventory.Device {
+	if found, ok := d.devices[dev.Device]; ok {
+		return found
+	}
+	return inventory.Device{Name: dev.Device, Function: dev.Function}
 }
 
 func toStringKeys(in map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) map[string]resourceapi.DeviceAttribute {
@@ -209,13 +233,11 @@ func (d *Driver) unprepare(ctx context.Context, uid string) error {
 	return d.cfg.Checkpoint.Delete(uid)
 }
 
-// HandleError implements kubeletplugin.DRAPlugin: background errors are logged; the
-// helper retries publishing on its own.
+// HandleError implements kubeletplugin.DRAPlugin: every background error is logged with
+// its context; the helper retries recoverable ones itself, any other ends the plugin.
 func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	runtime.HandleErrorWithContext(ctx, err, msg)
-}
-
-// WatchHealthStatus implements kubeletplugin.DRAPlugin: health is not reported.
-func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
+	if !errors.Is(err, kubeletplugin.ErrRecoverable) {
+		d.cfg.Fatal(fmt.Errorf("%s: %w", msg, err))
+	}
 }

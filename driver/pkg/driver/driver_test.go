@@ -16,7 +16,6 @@ import (
 	"github.com/kubevirt-dra-conformance/driver/pkg/cdi"
 	"github.com/kubevirt-dra-conformance/driver/pkg/inventory"
 	"github.com/kubevirt-dra-conformance/driver/pkg/pci"
-	"github.com/kubevirt-dra-conformance/driver/pkg/state"
 )
 
 const driverName = "nvme.dra.kubevirt-conformance.io"
@@ -49,7 +48,8 @@ func newNode(t *testing.T) node {
 // start runs a driver process on the node (a new one after a "restart").
 func (n node) start(t *testing.T) *Driver {
 	t.Helper()
-	cp, err := state.Load(n.checkpoint)
+	specs := cdi.Spec{Vendor: driverName, Dir: n.cdiDir, DevRoot: "/dev"}
+	cp, err := LoadCheckpoint(context.Background(), n.checkpoint, driverName, specs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,8 +57,8 @@ func (n node) start(t *testing.T) *Driver {
 	d := New(Config{
 		DriverName: driverName, NodeName: "node01", Sysfs: sys,
 		Binder: pci.Binder{Sysfs: sys, Settle: 2 * time.Second}, Host: n.host,
-		CDI:        cdi.Spec{Vendor: driverName, Dir: n.cdiDir, DevRoot: "/dev"},
-		Checkpoint: cp,
+		CDI: specs, Checkpoint: cp, HealthInterval: time.Second,
+		Fatal: func(err error) { t.Errorf("fatal: %v", err) },
 	})
 	if _, _, err := d.Rescan(context.Background()); err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestPrepareBindsDescribesAndIsIdempotent(t *testing.T) {
 	if got := (pci.Sysfs{Root: n.root}).BoundDriver("0000:00:05.0"); got != pci.VFIODriver {
 		t.Fatalf("bound to %q", got)
 	}
-	if _, err := os.Stat(filepath.Join(n.cdiDir, driverName+"-uid-a.json")); err != nil {
+	if _, err := os.Stat(filepath.Join(n.cdiDir, driverName+"-vfio_uid-a.json")); err != nil {
 		t.Fatalf("CDI spec: %v", err)
 	}
 	second := prepare(t, d, claim("uid-a", "nvme-0000-00-05-0"))
@@ -150,7 +150,7 @@ func TestUnprepareRestoresTheDeviceAndIsIdempotent(t *testing.T) {
 	if fn.Driver != "nvme" || fn.Serial != "nvme-1" {
 		t.Fatalf("device not given back: %+v", fn)
 	}
-	if _, err := os.Stat(filepath.Join(n.cdiDir, driverName+"-uid-a.json")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(n.cdiDir, driverName+"-vfio_uid-a.json")); !os.IsNotExist(err) {
 		t.Fatal("CDI spec left behind")
 	}
 	if err := unprepare(t, d, "never-prepared"); err != nil {

@@ -22,7 +22,7 @@ import (
 type Device struct {
 	Name     string
 	Function pci.Function
-	PCIeRoot string
+	Standard []deviceattribute.DeviceAttribute // resource.kubernetes.io/ attributes
 }
 
 // Excluded is a controller the driver refuses to advertise, and why.
@@ -105,16 +105,37 @@ func Discover(sys pci.Sysfs, host Host, owned map[string]pci.Function) ([]Device
 			excluded = append(excluded, Excluded{BDF: fn.BDF, Reason: reason})
 			continue
 		}
-		root, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(fn.BDF,
-			deviceattribute.WithFSFromRoot(sys.Root))
+		standard, err := standardAttributes(sys, fn)
 		if err != nil {
-			return nil, nil, fmt.Errorf("PCIe root of %s: %w", fn.BDF, err)
+			return nil, nil, err
 		}
-		devices = append(devices, Device{
-			Name: DeviceName(fn.BDF), Function: fn, PCIeRoot: *root.Value.StringValue,
-		})
+		devices = append(devices, Device{Name: DeviceName(fn.BDF), Function: fn, Standard: standard})
 	}
 	return devices, excluded, nil
+}
+
+// standardAttributes come from the DRA library's helpers, read from the node's sysfs.
+func standardAttributes(sys pci.Sysfs, fn pci.Function) ([]deviceattribute.DeviceAttribute, error) {
+	busID, err := deviceattribute.GetPCIBusIDAttribute(fn.BDF)
+	if err != nil {
+		return nil, err
+	}
+	root, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(fn.BDF, deviceattribute.WithFSFromRoot(sys.Root))
+	if err != nil {
+		return nil, fmt.Errorf("PCIe root of %s: %w", fn.BDF, err)
+	}
+	standard := []deviceattribute.DeviceAttribute{busID, root}
+	// A function without NUMA affinity publishes no NUMA node (the helper refuses -1,
+	// which would match every other such device).
+	if fn.NUMANode >= 0 {
+		numa, err := deviceattribute.GetNUMANodeAttributeByPCIBusID(fn.BDF, deviceattribute.ScalarAttribute,
+			deviceattribute.WithFSFromRoot(sys.Root))
+		if err != nil {
+			return nil, fmt.Errorf("NUMA node of %s: %w", fn.BDF, err)
+		}
+		standard = append(standard, numa)
+	}
+	return standard, nil
 }
 
 func exclusionReason(fn pci.Function, used map[string]string) string {
@@ -148,16 +169,14 @@ func (d Device) SizeBytes() int64 {
 func (d Device) Attributes() map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	fn := d.Function
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		deviceattribute.StandardDeviceAttributePCIBusID: {StringValue: ptr.To(fn.BDF)},
-		deviceattribute.StandardDeviceAttributePCIeRoot: {StringValue: ptr.To(d.PCIeRoot)},
 		"serial":     {StringValue: ptr.To(fn.Serial)},
 		"model":      {StringValue: ptr.To(fn.Model)},
 		"vendorID":   {StringValue: ptr.To(fn.VendorID)},
 		"deviceID":   {StringValue: ptr.To(fn.DeviceID)},
 		"iommuGroup": {IntValue: ptr.To(int64(fn.IOMMUGroup))},
 	}
-	if fn.NUMANode >= 0 {
-		attrs["numaNode"] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(fn.NUMANode))}
+	for _, attr := range d.Standard {
+		attrs[attr.Name] = attr.Value
 	}
 	return attrs
 }

@@ -48,7 +48,7 @@ func TestDiscoverListsEveryFreeController(t *testing.T) {
 		t.Fatalf("devices %v excluded %v", devices, excluded)
 	}
 	d := devices[0]
-	if d.Name != "nvme-0000-00-05-0" || d.Function.Serial != "nvme-0" || d.PCIeRoot != "pci0000:00" {
+	if d.Name != "nvme-0000-00-05-0" || d.Function.Serial != "nvme-0" {
 		t.Fatalf("unexpected device %+v", d)
 	}
 	attrs := d.Attributes()
@@ -66,12 +66,26 @@ func TestDiscoverListsEveryFreeController(t *testing.T) {
 	if g := attrs["iommuGroup"].IntValue; g == nil || *g != 10 {
 		t.Errorf("iommuGroup = %v", g)
 	}
-	if _, ok := attrs["numaNode"]; ok {
+	if _, ok := attrs["resource.kubernetes.io/numaNode"]; ok {
 		t.Errorf("numaNode must be absent when sysfs reports -1")
 	}
 	size := d.APIDevice().Capacity["size"].Value
 	if size.Value() != 1<<30 {
 		t.Errorf("size capacity = %s", size.String())
+	}
+}
+
+func TestDiscoverPublishesTheStandardNUMANodeFromSysfs(t *testing.T) {
+	sys := tree(t, 1)
+	if err := os.WriteFile(filepath.Join(sys.DevicePath("0000:00:05.0"), "numa_node"), []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	devices, _, err := Discover(sys, hostFiles(t, plainMounts, swapHeader), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := devices[0].Attributes()["resource.kubernetes.io/numaNode"].IntValue; n == nil || *n != 1 {
+		t.Fatalf("numaNode = %v, want 1", n)
 	}
 }
 

@@ -4,6 +4,7 @@
 package pci
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -149,4 +150,29 @@ func (s Sysfs) IOMMUGroup(bdf string) int {
 		return -1
 	}
 	return n
+}
+
+// Problem says what is wrong with a function as the kernel shows it, or "" when
+// nothing is: gone from the bus (surprise removal, or a write to its "remove"),
+// configuration reads answered with all ones (it fell off the bus), or an nvme
+// controller its driver declared dead.
+func (s Sysfs) Problem(bdf string) string {
+	dir := s.DevicePath(bdf)
+	config, err := os.ReadFile(filepath.Join(dir, "config"))
+	if errors.Is(err, os.ErrNotExist) {
+		return "removed from the PCI bus"
+	}
+	if err != nil {
+		return "configuration space unreadable: " + err.Error()
+	}
+	if len(config) >= 2 && config[0] == 0xff && config[1] == 0xff {
+		return "configuration space reads all ones: the function fell off the bus"
+	}
+	states, _ := filepath.Glob(filepath.Join(dir, "nvme", "nvme*", "state"))
+	for _, path := range states {
+		if state, _ := readTrim(path); state == "dead" {
+			return "the nvme driver declared controller " + filepath.Base(filepath.Dir(path)) + " dead"
+		}
+	}
+	return ""
 }

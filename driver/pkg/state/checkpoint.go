@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/kubevirt-dra-conformance/driver/pkg/pci"
 )
@@ -31,16 +32,30 @@ type PreparedClaim struct {
 	Devices   []PreparedDevice `json:"devices"`
 }
 
-// Checkpoint is the on-disk record, written atomically after every change.
+// Version names the checkpoint format; a file of any other version is not read.
+const Version = "checkpoint.nvme.dra.kubevirt-conformance.io/v1"
+
+// ErrUnreadable marks a checkpoint that exists but cannot be used (corrupt, or written
+// in a format this driver does not know): the caller rebuilds it from the node.
+var ErrUnreadable = errors.New("checkpoint unreadable")
+
+// Checkpoint is the on-disk record, written durably after every change.
 type Checkpoint struct {
-	mu     sync.Mutex
-	path   string
-	Claims map[string]PreparedClaim `json:"claims"` // by claim UID
+	mu      sync.Mutex
+	path    string
+	Version string                   `json:"version"`
+	Claims  map[string]PreparedClaim `json:"claims"` // by claim UID
 }
 
-// Load reads the checkpoint at path, or starts an empty one.
+// New is an empty checkpoint stored at path.
+func New(path string) *Checkpoint {
+	return &Checkpoint{path: path, Version: Version, Claims: map[string]PreparedClaim{}}
+}
+
+// Load reads the checkpoint at path, or starts an empty one. A file that exists but
+// cannot be used is an error wrapping ErrUnreadable.
 func Load(path string) (*Checkpoint, error) {
-	cp := &Checkpoint{path: path, Claims: map[string]PreparedClaim{}}
+	cp := New(path)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return cp, nil
@@ -48,8 +63,13 @@ func Load(path string) (*Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
+	cp.Version = ""
 	if err := json.Unmarshal(data, cp); err != nil {
-		return nil, fmt.Errorf("checkpoint %s is corrupt: %w", path, err)
+		return nil, fmt.Errorf("%w: %s is corrupt: %v", ErrUnreadable, path, err)
+	}
+	if cp.Version != Version {
+		return nil, fmt.Errorf("%w: %s has version %q, this driver reads %q",
+			ErrUnreadable, path, cp.Version, Version)
 	}
 	if cp.Claims == nil {
 		cp.Claims = map[string]PreparedClaim{}
@@ -57,19 +77,57 @@ func Load(path string) (*Checkpoint, error) {
 	return cp, nil
 }
 
+// SetAside renames an unreadable checkpoint out of the way, keeping it for inspection,
+// and returns its new path.
+func SetAside(path string, now time.Time) (string, error) {
+	aside := fmt.Sprintf("%s.unreadable-%s", path, now.UTC().Format("20060102T150405Z"))
+	return aside, os.Rename(path, aside)
+}
+
+// Replace stores claims as the whole checkpoint (a rebuild from the node).
+func (c *Checkpoint) Replace(claims map[string]PreparedClaim) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.Claims = claims
+	return c.save()
+}
+
+// save writes the checkpoint so that a crash leaves either the old or the new file,
+// both complete: write and fsync a temporary file, rename it, fsync the folder.
 func (c *Checkpoint) save() error {
 	data, err := json.MarshalIndent(c, "", " ")
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(c.path), 0o700); err != nil {
+	dir := filepath.Dir(c.path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	tmp := c.path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	tmp, err := os.CreateTemp(dir, filepath.Base(c.path)+".*.tmp")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, c.path)
+	defer func() { _ = os.Remove(tmp.Name()) }() // no-op once renamed
+	if _, err := tmp.Write(data); err != nil {
+		_ = tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		_ = tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), c.path); err != nil {
+		return err
+	}
+	folder, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = folder.Close() }()
+	return folder.Sync()
 }
 
 // Get returns the prepared claim with this UID.
