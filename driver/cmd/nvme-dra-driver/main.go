@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	metadatav1alpha1 "k8s.io/dynamic-resource-allocation/api/metadata/v1alpha1"
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -39,6 +40,7 @@ type flags struct {
 	sysfsRoot, devRoot, cdiDir, hostProc          string
 	kubeletDir, pluginDir, registrarDir, stateDir string
 	readyAddr, probe                              string
+	numaList                                      bool
 	rescanInterval, bindSettle, healthInterval    time.Duration
 }
 
@@ -59,6 +61,8 @@ func parseFlags() flags {
 	flag.StringVar(&f.probe, "probe", "", "probe a running driver's ready endpoint at this address and exit")
 	flag.DurationVar(&f.rescanInterval, "rescan-interval", 10*time.Second, "how often sysfs is re-read")
 	flag.DurationVar(&f.bindSettle, "bind-settle", 5*time.Second, "how long a driver bind may take to show in sysfs")
+	flag.BoolVar(&f.numaList, "numa-list-attribute", false,
+		"publish resource.kubernetes.io/numaNode as a list (only where the cluster enables DRAListTypeAttributes)")
 	flag.DurationVar(&f.healthInterval, "health-interval", 10*time.Second, "how often device health is checked and sent to the kubelet")
 	klog.InitFlags(nil)
 	flag.Parse()
@@ -100,6 +104,14 @@ func run(f flags) error {
 	if f.nodeName == "" {
 		return fmt.Errorf("no node name: pass --node-name or set NODE_NAME (downward API spec.nodeName)")
 	}
+	if f.healthInterval <= 0 || f.rescanInterval <= 0 {
+		return fmt.Errorf("--health-interval and --rescan-interval must be positive, got %s and %s",
+			f.healthInterval, f.rescanInterval)
+	}
+	numaForm := deviceattribute.ScalarAttribute
+	if f.numaList {
+		numaForm = deviceattribute.ListAttribute
+	}
 	signals, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// A fatal error from the helper cancels everything; run returns it, so the plugin
@@ -139,6 +151,7 @@ func run(f flags) error {
 		CDI:            specs,
 		Checkpoint:     checkpoint,
 		Fatal:          fail,
+		NUMAForm:       numaForm,
 		HealthInterval: f.healthInterval,
 	})
 	devices, _, err := drv.Rescan(ctx)

@@ -5,7 +5,9 @@
 package cdi
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -116,25 +118,31 @@ func (s Spec) Write(claimUID string, annotations map[string]string, devices []De
 	return s.cache().WriteSpec(spec, s.fileName(claimUID))
 }
 
-// Remove deletes a claim's spec; a missing spec is fine (idempotent).
+// Remove deletes a claim's spec; a missing spec is fine (idempotent). A spec written
+// before specs went through the library has its older name, "<vendor>-<uid>.json".
 func (s Spec) Remove(claimUID string) error {
-	return s.cache().RemoveSpec(s.fileName(claimUID))
+	cache := s.cache()
+	legacy := strings.ReplaceAll(s.Vendor, "/", "_") + "-" + claimUID + ".json"
+	return errors.Join(cache.RemoveSpec(s.fileName(claimUID)), cache.RemoveSpec(legacy))
 }
 
-// Claims reads this driver's specs on the node, by claim UID, through the CDI library
-// (which also names any spec of ours that it cannot read).
-func (s Spec) Claims() (map[string]ClaimSpec, error) {
+// Claims reads this driver's specs on the node through the CDI library: the claims, by
+// UID, and apart from them, by path, the specs of ours that the library cannot read.
+func (s Spec) Claims() (map[string]ClaimSpec, map[string]error, error) {
+	// The library's scan drops a folder it cannot read; that must not look like "none".
+	if _, err := os.ReadDir(s.Dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, err
+	}
 	prefix := cdiapi.GenerateTransientSpecName(s.Vendor, Class, "")
-	cache := s.cache()
-	if err := cache.Refresh(); err != nil {
-		// The errors name specs of every vendor in the folder; only ours matter here.
-		for path, errs := range cache.GetErrors() {
-			if strings.HasPrefix(filepath.Base(path), prefix) {
-				return nil, fmt.Errorf("CDI spec %s: %v", path, errs)
-			}
+	cache := s.cache() // a new cache has scanned the folder
+	unreadable := map[string]error{}
+	// The errors name specs of every vendor in the folder; only ours matter here.
+	for path, errs := range cache.GetErrors() {
+		if strings.HasPrefix(filepath.Base(path), prefix) {
+			unreadable[path] = errors.Join(errs...)
 		}
 	}
-	out := map[string]ClaimSpec{}
+	claims := map[string]ClaimSpec{}
 	for _, spec := range cache.GetVendorSpecs(s.Vendor) {
 		if spec.GetClass() != Class {
 			continue
@@ -148,7 +156,7 @@ func (s Spec) Claims() (map[string]ClaimSpec, error) {
 		for _, d := range spec.Devices {
 			claim.Devices = append(claim.Devices, DeviceEdits{Name: d.Name, Annotations: d.Annotations})
 		}
-		out[uid] = claim
+		claims[uid] = claim
 	}
-	return out, nil
+	return claims, unreadable, nil
 }

@@ -84,9 +84,15 @@ func TestClaimsReadsBackTheAnnotationsOfThisDriversSpecs(t *testing.T) {
 	if err := other.Write("uid2", nil, []DeviceEdits{{Name: "uid2-gpu", IOMMUGroup: 11, Request: "gpu"}}); err != nil {
 		t.Fatal(err)
 	}
-	claims, err := s.Claims()
+	if err := os.WriteFile(filepath.Join(dir, "nvme.dra.kubevirt-conformance.io-vfio_uid3.json"), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	claims, unreadable, err := s.Claims()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(unreadable) != 1 {
+		t.Fatalf("our broken spec must be named apart: %v", unreadable)
 	}
 	got, ok := claims["uid1"]
 	if len(claims) != 1 || !ok || got.Annotations["nvme.dra.kubevirt-conformance.io/claim-name"] != "c" ||

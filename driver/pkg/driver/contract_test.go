@@ -169,3 +169,21 @@ func TestWatchHealthStatusSendsAtOnceAndStopsWithItsContext(t *testing.T) {
 		t.Fatalf("a canceled watch returns nil, got %v", err)
 	}
 }
+
+func TestAFunctionWithoutIOMMUGroupIsGivenBackAndLeavesNoSpec(t *testing.T) {
+	n := newNode(t)
+	sys := pci.Sysfs{Root: n.root}
+	if err := os.Remove(filepath.Join(sys.DevicePath("0000:00:05.0"), "iommu_group")); err != nil {
+		t.Fatal(err)
+	}
+	d := n.start(t)
+	if r := prepare(t, d, claim("uid-a", "nvme-0000-00-05-0")); r.Err == nil || !strings.Contains(r.Err.Error(), "IOMMU") {
+		t.Fatalf("prepare must fail naming the IOMMU: %+v", r)
+	}
+	if fn, _ := sys.Read("0000:00:05.0"); fn.Driver != "nvme" {
+		t.Fatalf("the function must go back to nvme, is on %q", fn.Driver)
+	}
+	if specs, _ := filepath.Glob(filepath.Join(n.cdiDir, "*")); len(specs) != 0 {
+		t.Fatalf("a failed prepare leaves no spec, found %v", specs)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
@@ -38,6 +39,9 @@ type Config struct {
 	// Fatal ends the plugin on an error the helper reports as not recoverable, so that
 	// the kubelet's restart starts it afresh (the helper's documented contract).
 	Fatal func(error)
+	// NUMAForm is the form of the standard numaNode attribute; the list form needs the
+	// cluster's DRAListTypeAttributes gate, which only the operator knows.
+	NUMAForm deviceattribute.AttributeForm
 	// HealthInterval is how often device health is checked and re-sent to the kubelet.
 	HealthInterval time.Duration
 }
@@ -53,6 +57,12 @@ type Driver struct {
 
 // New creates a driver; call Rescan before publishing.
 func New(cfg Config) *Driver {
+	if cfg.Fatal == nil {
+		cfg.Fatal = func(err error) {
+			klog.ErrorS(err, "fatal error, exiting")
+			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+		}
+	}
 	return &Driver{cfg: cfg, devices: map[string]inventory.Device{}}
 }
 
@@ -60,7 +70,7 @@ func New(cfg Config) *Driver {
 func (d *Driver) Rescan(ctx context.Context) ([]resourceapi.Device, bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	devices, excluded, err := inventory.Discover(d.cfg.Sysfs, d.cfg.Host, d.cfg.Checkpoint.Owned())
+	devices, excluded, err := inventory.Discover(d.cfg.Sysfs, d.cfg.Host, d.cfg.Checkpoint.Owned(), d.cfg.NUMAForm)
 	if err != nil {
 		return nil, false, err
 	}
@@ -127,11 +137,12 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		}
 		original, err := d.cfg.Binder.Bind(dev.Function.BDF, pci.VFIODriver)
 		if err != nil {
-			return nil, d.rollback(prepared, fmt.Errorf("binding %s to vfio-pci: %w", dev.Function.BDF, err))
+			return nil, d.rollback(uid, prepared, fmt.Errorf("binding %s to vfio-pci: %w", dev.Function.BDF, err))
 		}
 		group := d.cfg.Sysfs.IOMMUGroup(dev.Function.BDF)
 		if group < 0 {
-			return nil, d.rollback(prepared, fmt.Errorf("%s has no IOMMU group: VFIO passthrough needs an IOMMU", dev.Function.BDF))
+			noGroup := fmt.Errorf("%s has no IOMMU group: VFIO passthrough needs an IOMMU", dev.Function.BDF)
+			return nil, d.rollback(uid, prepared, errors.Join(noGroup, d.cfg.Binder.Restore(dev.Function.BDF, original)))
 		}
 		fn := dev.Function
 		fn.IOMMUGroup = group
@@ -143,7 +154,7 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		prepared.Devices = append(prepared.Devices, record)
 		recorded, err := json.Marshal(record)
 		if err != nil {
-			return nil, d.rollback(prepared, err)
+			return nil, d.rollback(uid, prepared, err)
 		}
 		edits = append(edits, cdi.DeviceEdits{
 			Name: cdiName, PCIAddress: fn.BDF, Serial: fn.Serial, IOMMUGroup: group,
@@ -152,18 +163,19 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		})
 	}
 	if err := d.cfg.CDI.Write(uid, claimAnnotations, edits); err != nil {
-		return nil, d.rollback(prepared, fmt.Errorf("writing CDI spec: %w", err))
+		return nil, d.rollback(uid, prepared, fmt.Errorf("writing CDI spec: %w", err))
 	}
 	if err := d.cfg.Checkpoint.Put(uid, prepared); err != nil {
-		return nil, d.rollback(prepared, fmt.Errorf("writing checkpoint: %w", err))
+		return nil, d.rollback(uid, prepared, fmt.Errorf("writing checkpoint: %w", err))
 	}
 	klog.FromContext(ctx).Info("prepared claim", "claim", klog.KObj(claim), "devices", len(prepared.Devices))
 	return d.results(prepared), nil
 }
 
-// rollback returns devices bound during a failed prepare to their drivers.
-func (d *Driver) rollback(prepared state.PreparedClaim, cause error) error {
-	errs := []error{cause}
+// rollback returns devices bound during a failed prepare to their drivers and removes
+// the claim's CDI spec: the spec is what a checkpoint rebuild reads.
+func (d *Driver) rollback(uid string, prepared state.PreparedClaim, cause error) error {
+	errs := []error{cause, d.cfg.CDI.Remove(uid)}
 	for _, dev := range prepared.Devices {
 		errs = append(errs, d.cfg.Binder.Restore(dev.Function.BDF, dev.OriginalDriver))
 	}

@@ -30,14 +30,15 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 	}
 }
 
-// HealthReport checks each advertised or prepared controller once.
+// HealthReport checks each advertised or prepared controller once. The node is read
+// outside the driver's lock: a prepare waiting for a bind must not delay the report.
 func (d *Driver) HealthReport() kubeletplugin.DeviceHealthReport {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	addresses := map[string]string{} // by device name
+	d.mu.Lock()
 	for name, dev := range d.devices {
 		addresses[name] = dev.Function.BDF
 	}
+	d.mu.Unlock()
 	for bdf := range d.cfg.Checkpoint.Owned() {
 		addresses[inventory.DeviceName(bdf)] = bdf
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -26,29 +27,30 @@ func annotationKey(driverName, key string) string { return driverName + "/" + ke
 func (d *Driver) annotation(key string) string { return annotationKey(d.cfg.DriverName, key) }
 
 // LoadCheckpoint reads the checkpoint at path. One that exists but cannot be read
-// (corrupt, or of an unknown version) is reported, set aside for inspection and rebuilt
-// from the claims' CDI specs on the node, so that the driver still starts and can give
-// back every device it holds.
+// (corrupt, or of an unknown version) is reported, rebuilt from the claims' CDI specs on
+// the node and only then set aside for inspection, so that the driver still starts and
+// can give back every device it holds.
 func LoadCheckpoint(ctx context.Context, path, driverName string, specs cdi.Spec) (*state.Checkpoint, error) {
 	checkpoint, err := state.Load(path)
 	if !errors.Is(err, state.ErrUnreadable) {
 		return checkpoint, err
 	}
 	logger := klog.FromContext(ctx)
-	aside, moveErr := state.SetAside(path, time.Now())
-	if moveErr != nil {
-		return nil, errors.Join(err, fmt.Errorf("setting the unreadable checkpoint aside: %w", moveErr))
-	}
 	claims, skipped, readErr := claimsOnNode(driverName, specs)
 	if readErr != nil {
 		return nil, errors.Join(err, fmt.Errorf("rebuilding it from the CDI specs: %w", readErr))
 	}
-	for uid, why := range skipped {
-		logger.Error(why, "a CDI spec of this driver does not say what it prepared; its devices stay as they are", "claim", uid)
+	for spec, why := range skipped {
+		logger.Error(why, "a CDI spec of this driver does not say what it prepared; its devices stay as they are", "spec", spec)
+	}
+	aside, moveErr := state.SetAside(path, time.Now())
+	if moveErr != nil {
+		return nil, errors.Join(err, fmt.Errorf("setting the unreadable checkpoint aside: %w", moveErr))
 	}
 	checkpoint = state.New(path)
-	if err := checkpoint.Replace(claims); err != nil {
-		return nil, err
+	if writeErr := checkpoint.Replace(claims); writeErr != nil {
+		// Put the old file back: the next start tries again rather than start empty.
+		return nil, errors.Join(err, writeErr, os.Rename(aside, path))
 	}
 	logger.Error(err, "checkpoint rebuilt from this driver's CDI specs on the node",
 		"setAside", aside, "claims", len(claims))
@@ -58,12 +60,11 @@ func LoadCheckpoint(ctx context.Context, path, driverName string, specs cdi.Spec
 // claimsOnNode reads the prepared claims that the driver's CDI specs record; specs that
 // record nothing usable are returned apart, with the reason.
 func claimsOnNode(driverName string, specs cdi.Spec) (map[string]state.PreparedClaim, map[string]error, error) {
-	found, err := specs.Claims()
+	found, skipped, err := specs.Claims()
 	if err != nil {
 		return nil, nil, err
 	}
 	claims := map[string]state.PreparedClaim{}
-	skipped := map[string]error{}
 	for uid, spec := range found {
 		claim := state.PreparedClaim{
 			Namespace: spec.Annotations[annotationKey(driverName, claimNamespaceKey)],
@@ -77,12 +78,12 @@ func claimsOnNode(driverName string, specs cdi.Spec) (map[string]state.PreparedC
 				problem = json.Unmarshal([]byte(raw), &record)
 			}
 			if problem != nil {
-				skipped[uid] = problem
+				skipped["claim "+uid] = problem
 				break
 			}
 			claim.Devices = append(claim.Devices, record)
 		}
-		if skipped[uid] == nil {
+		if skipped["claim "+uid] == nil {
 			claims[uid] = claim
 		}
 	}

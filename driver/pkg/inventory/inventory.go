@@ -86,7 +86,8 @@ func belongsTo(dev, ns string) bool {
 // Discover lists the advertisable NVMe controllers. “owned“ holds controllers the
 // driver itself bound to vfio-pci (from its checkpoint), with the identity they showed
 // before binding: such a controller no longer shows its serial in sysfs.
-func Discover(sys pci.Sysfs, host Host, owned map[string]pci.Function) ([]Device, []Excluded, error) {
+func Discover(sys pci.Sysfs, host Host, owned map[string]pci.Function, numaForm deviceattribute.AttributeForm,
+) ([]Device, []Excluded, error) {
 	functions, err := sys.ScanClass(pci.NVMeClass)
 	if err != nil {
 		return nil, nil, err
@@ -105,7 +106,7 @@ func Discover(sys pci.Sysfs, host Host, owned map[string]pci.Function) ([]Device
 			excluded = append(excluded, Excluded{BDF: fn.BDF, Reason: reason})
 			continue
 		}
-		standard, err := standardAttributes(sys, fn)
+		standard, err := standardAttributes(sys, fn, numaForm)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -115,7 +116,8 @@ func Discover(sys pci.Sysfs, host Host, owned map[string]pci.Function) ([]Device
 }
 
 // standardAttributes come from the DRA library's helpers, read from the node's sysfs.
-func standardAttributes(sys pci.Sysfs, fn pci.Function) ([]deviceattribute.DeviceAttribute, error) {
+func standardAttributes(sys pci.Sysfs, fn pci.Function, numaForm deviceattribute.AttributeForm,
+) ([]deviceattribute.DeviceAttribute, error) {
 	busID, err := deviceattribute.GetPCIBusIDAttribute(fn.BDF)
 	if err != nil {
 		return nil, err
@@ -128,7 +130,7 @@ func standardAttributes(sys pci.Sysfs, fn pci.Function) ([]deviceattribute.Devic
 	// A function without NUMA affinity publishes no NUMA node (the helper refuses -1,
 	// which would match every other such device).
 	if fn.NUMANode >= 0 {
-		numa, err := deviceattribute.GetNUMANodeAttributeByPCIBusID(fn.BDF, deviceattribute.ScalarAttribute,
+		numa, err := deviceattribute.GetNUMANodeAttributeByPCIBusID(fn.BDF, numaForm,
 			deviceattribute.WithFSFromRoot(sys.Root))
 		if err != nil {
 			return nil, fmt.Errorf("NUMA node of %s: %w", fn.BDF, err)

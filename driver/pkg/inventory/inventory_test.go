@@ -1,10 +1,12 @@
 package inventory
 
 import (
-	resourceapi "k8s.io/api/resource/v1"
 	"os"
 	"path/filepath"
 	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/kubevirt-dra-conformance/driver/emulation/sysfs"
 	"github.com/kubevirt-dra-conformance/driver/pkg/pci"
@@ -40,7 +42,7 @@ const plainMounts = "/dev/vda / ext4 rw 0 0\nproc /proc proc rw 0 0\n"
 const swapHeader = "Filename Type Size Used Priority\n"
 
 func TestDiscoverListsEveryFreeController(t *testing.T) {
-	devices, excluded, err := Discover(tree(t, 2), hostFiles(t, plainMounts, swapHeader), nil)
+	devices, excluded, err := Discover(tree(t, 2), hostFiles(t, plainMounts, swapHeader), nil, deviceattribute.ScalarAttribute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +82,7 @@ func TestDiscoverPublishesTheStandardNUMANodeFromSysfs(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(sys.DevicePath("0000:00:05.0"), "numa_node"), []byte("1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	devices, _, err := Discover(sys, hostFiles(t, plainMounts, swapHeader), nil)
+	devices, _, err := Discover(sys, hostFiles(t, plainMounts, swapHeader), nil, deviceattribute.ScalarAttribute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +94,7 @@ func TestDiscoverPublishesTheStandardNUMANodeFromSysfs(t *testing.T) {
 func TestDiscoverNeverAdvertisesTheRootDiskOrSwap(t *testing.T) {
 	mounts := plainMounts + "/dev/nvme0n1p2 / ext4 rw 0 0\n"
 	swaps := swapHeader + "/dev/nvme1n1 partition 1024 0 -2\n"
-	devices, excluded, err := Discover(tree(t, 3), hostFiles(t, mounts, swaps), nil)
+	devices, excluded, err := Discover(tree(t, 3), hostFiles(t, mounts, swaps), nil, deviceattribute.ScalarAttribute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +117,7 @@ func TestDiscoverSkipsHeldNamespacesAndForeignVFIOBindings(t *testing.T) {
 	if err := os.Symlink("../../../bus/pci/drivers/vfio-pci", driverLink); err != nil {
 		t.Fatal(err)
 	}
-	devices, excluded, err := Discover(sys, hostFiles(t, plainMounts, swapHeader), nil)
+	devices, excluded, err := Discover(sys, hostFiles(t, plainMounts, swapHeader), nil, deviceattribute.ScalarAttribute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +135,7 @@ func TestDiscoverKeepsOwnedControllersWithTheirCachedIdentity(t *testing.T) {
 	_ = os.Remove(link)
 	_ = os.Symlink("../../../bus/pci/drivers/vfio-pci", link)
 	devices, _, err := Discover(sys, hostFiles(t, plainMounts, swapHeader),
-		map[string]pci.Function{owned.BDF: owned})
+		map[string]pci.Function{owned.BDF: owned}, deviceattribute.ScalarAttribute)
 	if err != nil {
 		t.Fatal(err)
 	}

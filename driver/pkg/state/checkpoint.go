@@ -67,6 +67,9 @@ func Load(path string) (*Checkpoint, error) {
 	if err := json.Unmarshal(data, cp); err != nil {
 		return nil, fmt.Errorf("%w: %s is corrupt: %v", ErrUnreadable, path, err)
 	}
+	if cp.Version == "" {
+		cp.Version = Version // the format before versions had the same claims; the next save adds it
+	}
 	if cp.Version != Version {
 		return nil, fmt.Errorf("%w: %s has version %q, this driver reads %q",
 			ErrUnreadable, path, cp.Version, Version)
