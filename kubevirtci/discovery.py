@@ -7,14 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kubevirtci.capabilities import Capabilities, Capability
+from kubevirtci.releases import Release, release_for
 
 DRA_GATES = ("HostDevices", "HostDevicesWithDRA", "GPUsWithDRA")
 PERSISTENT_CLAIMS_GATE = "PersistentDRAClaims"
-# Beta gates that KubeVirt turns on by default, from the version they became beta.
-DEFAULT_ON_GATES: dict[str, tuple[int, int]] = {
-    "HostDevicesWithDRA": (1, 9),
-    "GPUsWithDRA": (1, 9),
-}
 
 
 class ApiReader(Protocol):
@@ -37,6 +33,10 @@ class ClusterFacts:
     device_plugin_resources: dict[str, dict[str, str]] = field(default_factory=dict)
     nodes: list[str] = field(default_factory=list)
 
+    @property
+    def kubevirt_release(self) -> Release | None:
+        return release_for(parse_version(self.kubevirt_version))
+
 
 def parse_version(version: str | None) -> tuple[int, int] | None:
     if not version:
@@ -49,18 +49,17 @@ def parse_version(version: str | None) -> tuple[int, int] | None:
 
 
 def effective_gates(kubevirt_cr: dict[str, Any], version: str | None) -> list[str]:
-    """Gates on in a KubeVirt CR: listed ones, plus beta gates on by default for its
-    version, less explicitly disabled ones."""
+    """Gates on in a KubeVirt CR: listed ones, plus the gates its release turns on by
+    default (beta from v1.9), less explicitly disabled ones."""
     dev = ((kubevirt_cr.get("spec") or {}).get("configuration") or {}).get(
         "developerConfiguration"
     ) or {}
     enabled = set(dev.get("featureGates") or [])
-    # disabledFeatureGates (turning a default-on beta gate off) is honoured when present;
-    # its exact field name is not confirmed against a KubeVirt release.
+    # v1.9.0 featuregate.IsEnabled: listed in disabledFeatureGates -> off.
     disabled = set(dev.get("disabledFeatureGates") or [])
-    parsed = parse_version(version)
-    if parsed:
-        enabled |= {g for g, since in DEFAULT_ON_GATES.items() if parsed >= since}
+    release = release_for(parse_version(version))
+    if release:
+        enabled |= release.default_on_gates()
     return sorted(enabled - disabled)
 
 
@@ -188,32 +187,29 @@ def _kubevirt_capabilities(facts: ClusterFacts, caps: Capabilities) -> None:
     else:
         caps.grant(Capability.KUBEVIRT_DRA_GATES)
     version = parse_version(facts.kubevirt_version) or (0, 0)
-    if version < (1, 9) and facts.kubevirt_permits_host_devices:
-        # pkg/virt-controller/services/renderresources.go validatePermittedHostDevices
-        # checks every host device against permittedHostDevices, DRA ones (no deviceName)
-        # included, until v1.9.0 skips those backed by claims.
+    release = release_for(version)
+    if release is None:
+        for cap in (Capability.LAUNCHER_RENDERS_DRA, Capability.LAUNCHER_METADATA,
+                    Capability.KUBEVIRT_DEVICE_STATUS):
+            caps.deny(cap, f"KubeVirt {facts.kubevirt_version} is older than v1.6, which "
+                      "brought DRA")
+    elif facts.kubevirt_permits_host_devices and \
+            not release.renders_dra_with_permitted_host_devices:
         caps.deny(Capability.LAUNCHER_RENDERS_DRA,
                   f"KubeVirt {facts.kubevirt_version} refuses to render a launcher for DRA "
                   "host devices while permittedHostDevices is configured (\"HostDevice  is "
                   "not permitted\"; fixed in v1.9.0)")
     else:
         caps.grant(Capability.LAUNCHER_RENDERS_DRA)
-    if version >= (1, 8):
+    if release is not None and release.metadata_versions:
         caps.grant(Capability.LAUNCHER_METADATA)
-        caps.deny(
-            Capability.KUBEVIRT_DEVICE_STATUS,
-            f"status.deviceStatus DRA attributes were removed in v1.8.0 "
-            f"(cluster runs {facts.kubevirt_version})",
-        )
-    else:
-        caps.deny(
-            Capability.LAUNCHER_METADATA,
-            f"KubeVirt {facts.kubevirt_version} predates KEP-5304 metadata files (v1.8+)",
-        )
-        if version >= (1, 6):
-            caps.grant(Capability.KUBEVIRT_DEVICE_STATUS)
-        else:
-            caps.deny(Capability.KUBEVIRT_DEVICE_STATUS, "KubeVirt older than v1.6 has no DRA")
+        caps.deny(Capability.KUBEVIRT_DEVICE_STATUS,
+                  f"status.deviceStatus DRA attributes were removed in v1.8.0 "
+                  f"(cluster runs {facts.kubevirt_version})")
+    elif release is not None:
+        caps.deny(Capability.LAUNCHER_METADATA,
+                  f"KubeVirt {facts.kubevirt_version} predates KEP-5304 metadata files (v1.8+)")
+        caps.grant(Capability.KUBEVIRT_DEVICE_STATUS)
     if PERSISTENT_CLAIMS_GATE in facts.kubevirt_gates:
         caps.grant(Capability.PERSISTENT_DRA_CLAIMS)
     elif version < (1, 10):

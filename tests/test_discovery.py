@@ -1,5 +1,8 @@
+import pytest
+
 from kubevirtci.capabilities import Capability
 from kubevirtci.discovery import capabilities_from, discover, effective_gates
+from kubevirtci.releases import release_for
 
 DRIVER = "nvme.dra.kubevirt-conformance.io"
 DP = "devices.kubevirt.io/nvme"
@@ -100,3 +103,63 @@ def test_kubevirt_1_8_with_permitted_host_devices_cannot_render_dra_launchers(re
     assert "fixed in v1.9.0" in caps.reason_missing(Capability.LAUNCHER_RENDERS_DRA)
     cr["items"][0]["status"]["observedKubeVirtVersion"] = "v1.9.0"
     assert capabilities_from(discover(api), DRIVER, DP).has(Capability.LAUNCHER_RENDERS_DRA)
+
+
+def kubevirt_cr(version, gates, **config):
+    return {"items": [{
+        "metadata": {"name": "kubevirt", "namespace": "kubevirt"},
+        "spec": {"configuration": {"developerConfiguration": {"featureGates": gates}, **config}},
+        "status": {"phase": "Deployed", "observedKubeVirtVersion": version}}]}
+
+
+ALL_DRA_GATES = ["HostDevices", "HostDevicesWithDRA", "GPUsWithDRA"]
+
+
+@pytest.mark.parametrize("version, metadata, device_status", [
+    ("v1.6.1", False, True), ("v1.7.0", False, True), ("v1.8.4", True, False),
+    ("v1.9.0", True, False),
+])
+def test_release_keyed_capabilities(recorded, version, metadata, device_status):
+    api = Overlay(recorded("cluster_kubevirt_1_9"),
+                  **{"/apis/kubevirt.io/v1/kubevirts": kubevirt_cr(version, ALL_DRA_GATES)})
+    facts = discover(api)
+    caps = capabilities_from(facts, DRIVER, DP)
+    assert facts.kubevirt_release.name == version.rsplit(".", 1)[0]
+    assert caps.has(Capability.KUBEVIRT_DRA_GATES)
+    assert caps.has(Capability.LAUNCHER_METADATA) is metadata
+    assert caps.has(Capability.KUBEVIRT_DEVICE_STATUS) is device_status
+    assert caps.has(Capability.LAUNCHER_RENDERS_DRA)
+    assert "lacks VEP 344" in caps.reason_missing(Capability.PERSISTENT_DRA_CLAIMS)
+
+
+@pytest.mark.parametrize("version, on_by_default", [
+    ("v1.6.1", False), ("v1.7.0", False), ("v1.8.4", False), ("v1.9.0", True)])
+def test_dra_gates_are_on_by_default_only_where_the_release_made_them_beta(
+        recorded, version, on_by_default):
+    api = Overlay(recorded("cluster_kubevirt_1_9"),
+                  **{"/apis/kubevirt.io/v1/kubevirts": kubevirt_cr(version, ["HostDevices"])})
+    caps = capabilities_from(discover(api), DRIVER, DP)
+    assert caps.has(Capability.KUBEVIRT_DRA_GATES) is on_by_default
+    if not on_by_default:
+        assert "HostDevicesWithDRA, GPUsWithDRA are off" in caps.reason_missing(
+            Capability.KUBEVIRT_DRA_GATES)
+
+
+def test_admission_rules_by_release():
+    assert release_for((1, 6)).admission_rules == release_for((1, 7)).admission_rules == set()
+    assert "claim-name-not-dns-label" not in release_for((1, 8)).admission_rules
+    assert release_for((1, 9)).admission_rules == release_for((1, 8)).admission_rules | {
+        "claim-name-not-dns-label"}
+
+
+def test_kubevirt_1_6_and_1_7_take_the_pci_address_from_pcie_root():
+    for minor in ((1, 6), (1, 7)):
+        release = release_for(minor)
+        assert release.device_status_pci_attribute == "resource.kubernetes.io/pcieRoot"
+        assert "kubernetes/kubernetes#134569" in release.device_status_caveat
+    assert release_for((1, 8)).device_status_pci_attribute is None
+
+
+def test_releases_outside_the_table():
+    assert release_for((1, 5)) is None and release_for(None) is None
+    assert release_for((1, 10)).name == "v1.9"
