@@ -4,8 +4,12 @@ an injectable runner so its command and environment building are unit-tested."""
 
 from __future__ import annotations
 
+import base64
 import copy
+import json
 import os
+import shlex
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +20,7 @@ from kubevirtci.capabilities import Capabilities, Capability
 from kubevirtci.provider import BIND_DEVICE_PLUGIN_NVME, Node, NodeCommandFailed, Provider
 from kubevirtci.runner import CommandRunner, check
 
-KUBEVIRTCI_REPO = "https://github.com/kubevirt/kubevirtci.git"
-DEFAULT_K8S_PROVIDER = "k8s-1.36"  # newest k8s provider of kubevirtci main (Aug 2026)
+DEFAULT_K8S_PROVIDER = "k8s-1.36"  # when a checkout names no stable provider
 DEFAULT_NUM_NODES = 2
 DEFAULT_NVME_ARGS = "--nvme 1G --nvme 1G"
 CLUSTER_REGISTRY = "registry:5000"  # the in-cluster name of kubevirtci's registry
@@ -26,28 +29,24 @@ CACHE_ROOT = Path(os.environ.get("KDC_CACHE", Path.home() / ".cache" / "kdc"))
 
 @dataclass(frozen=True)
 class KubevirtciSettings:
-    tag: str  # kubevirtci release tag: clone ref and KUBEVIRTCI_TAG (gocli image tag)
-    checkout: Path | None = None
-    k8s_provider: str = DEFAULT_K8S_PROVIDER
+    kubevirt_version: str  # whose module's kubevirtci/ folder is used by default
+    checkout: Path | None = None  # a kubevirtci checkout (--kubevirtci-path) instead
+    tag: str | None = None  # KUBEVIRTCI_TAG; default: the checkout's cluster-up/version.txt
+    k8s_provider: str | None = None  # default: the checkout's stable_provider.txt
     num_nodes: int = DEFAULT_NUM_NODES
     nvme_args: str = DEFAULT_NVME_ARGS
     keep_cluster: bool = False
 
     @classmethod
     def from_env(
-        cls, env: Mapping[str, str], checkout: Path | None, keep_cluster: bool
+        cls, env: Mapping[str, str], kubevirt_version: str, checkout: Path | None,
+        keep_cluster: bool,
     ) -> KubevirtciSettings:
-        tag = env.get("KDC_KUBEVIRTCI_TAG") or env.get("KUBEVIRTCI_TAG")
-        if not tag:
-            raise SuiteUsageError(
-                "provider 'kubevirtci' needs a pinned kubevirtci tag",
-                "export KDC_KUBEVIRTCI_TAG=<tag> (a kubevirtci release tag, e.g. the "
-                "kubevirtci_git_hash of your KubeVirt checkout's hack/config-default.sh)",
-            )
         return cls(
-            tag=tag,
+            kubevirt_version=kubevirt_version,
             checkout=checkout,
-            k8s_provider=env.get("KUBEVIRT_PROVIDER", DEFAULT_K8S_PROVIDER),
+            tag=env.get("KDC_KUBEVIRTCI_TAG") or env.get("KUBEVIRTCI_TAG") or None,
+            k8s_provider=env.get("KUBEVIRT_PROVIDER") or None,
             num_nodes=int(env.get("KUBEVIRT_NUM_NODES", DEFAULT_NUM_NODES)),
             nvme_args=env.get("KUBEVIRT_PROVIDER_EXTRA_ARGS", DEFAULT_NVME_ARGS),
             keep_cluster=keep_cluster,
@@ -68,21 +67,54 @@ class KubevirtciProvider(Provider):
 
     @property
     def checkout(self) -> Path:
-        return self.settings.checkout or CACHE_ROOT / f"kubevirtci-{self.settings.tag}"
+        """A folder holding ``cluster-up/``: the given checkout, or the kubevirtci folder
+        of the KubeVirt release's module, which KubeVirt's own CI runs."""
+        return self.settings.checkout or (
+            CACHE_ROOT / f"kubevirtci-of-kubevirt-{self.settings.kubevirt_version}")
+
+    def _pinned(self, name: str, fallback: str | None, fix: str) -> str:
+        path = self.checkout / name
+        if path.is_file():
+            return path.read_text().strip()
+        if fallback is None:
+            raise SuiteUsageError(f"{self.checkout} has no {name} to pin kubevirtci", fix)
+        return fallback
+
+    def tag(self) -> str:
+        return self.settings.tag or self._pinned(
+            "cluster-up/version.txt", None,
+            "export KDC_KUBEVIRTCI_TAG=<kubevirtci tag> for a checkout without version.txt")
+
+    def k8s_provider(self) -> str:
+        return self.settings.k8s_provider or self._pinned(
+            "stable_provider.txt", DEFAULT_K8S_PROVIDER, "")
 
     def env(self) -> dict[str, str]:
         s = self.settings
         return {
             **self.base_env,
-            "KUBEVIRTCI_TAG": s.tag,
-            "KUBEVIRT_PROVIDER": s.k8s_provider,
+            "KUBEVIRTCI_TAG": self.tag(),
+            "KUBEVIRT_PROVIDER": self.k8s_provider(),
             "KUBEVIRT_NUM_NODES": str(s.num_nodes),
             "KUBEVIRT_PROVIDER_EXTRA_ARGS": s.nvme_args,
         }
 
-    def clone_command(self) -> list[str]:
-        return ["git", "clone", "--depth", "1", "--branch", self.settings.tag, KUBEVIRTCI_REPO,
-                str(self.checkout)]
+    def fetch_release_scripts(self) -> None:
+        """Copy the release module's kubevirtci/ folder out of the read-only module cache
+        (the scripts write their configuration beside themselves, and must be runnable)."""
+        module = f"kubevirt.io/kubevirt@{self.settings.kubevirt_version}"
+        result = check(self.runner.run(["go", "mod", "download", "-json", module],
+                                       env=self.base_env, label="go"),
+                       "check that the Go module proxy is reachable (`go env GOPROXY`) and "
+                       "that --kubevirt-version names a KubeVirt release")
+        source = Path(json.loads(result.stdout)["Dir"]) / "kubevirtci"
+        staging = self.checkout.with_name(self.checkout.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(source, staging)
+        for path in staging.rglob("*"):
+            mode = 0o755 if path.is_dir() or path.suffix == ".sh" else 0o644
+            path.chmod(mode)
+        staging.rename(self.checkout)
 
     def run(self, argv: list[str], hint: str) -> str:
         result = self.runner.run(argv, env=self.env(), cwd=self.checkout, label="kubevirtci")
@@ -93,15 +125,13 @@ class KubevirtciProvider(Provider):
             if self.settings.checkout is not None:
                 raise SuiteUsageError(
                     f"{self.checkout} is not a kubevirtci checkout (no cluster-up/)",
-                    "pass --kubevirtci-path with the root of a kubevirtci clone",
+                    "pass --kubevirtci-path with the root of a kubevirtci clone, or leave it "
+                    "out to use the kubevirtci of the KubeVirt release (--kubevirt-version)",
                 )
             self.checkout.parent.mkdir(parents=True, exist_ok=True)
-            check(
-                self.runner.run(self.clone_command(), env=self.env(), label="git"),
-                f"check that tag {self.settings.tag} exists in kubevirt/kubevirtci",
-            )
-        self.run(["make", "cluster-up"], "kubevirtci needs docker or podman and nested KVM "
-                  "(/dev/kvm); see cluster-up/check.sh output above")
+            self.fetch_release_scripts()
+        self.run(["cluster-up/up.sh"], "kubevirtci needs docker or podman and nested KVM "
+                 "(/dev/kvm); see cluster-up/check.sh")
 
     def kubeconfig(self) -> Path:
         out = self.run(["cluster-up/kubeconfig.sh"], "run `make cluster-up` first")
@@ -157,7 +187,7 @@ class KubevirtciProvider(Provider):
     def down(self) -> None:
         if self.settings.keep_cluster:
             return
-        self.run(["make", "cluster-down"], "remove the cluster's containers by hand")
+        self.run(["cluster-up/down.sh"], "remove the cluster's containers by hand")
 
 
 class SshNode(Node):
@@ -170,8 +200,17 @@ class SshNode(Node):
     def run(self, argv: list[str], stdin: bytes | None = None) -> str:
         if stdin is not None:
             raise NodeCommandFailed(f"on {self.name}: ssh.sh takes no input")
-        return self.provider.run(["cluster-up/ssh.sh", self.name, "--", *argv],
+        return self.provider.run(["cluster-up/ssh.sh", self.name, "--", node_command(argv)],
                                   f"is node {self.name} up?")
+
+
+def node_command(argv: list[str]) -> str:
+    """One command line for ssh.sh. Its words pass, unquoted, through the node
+    container's ssh.sh and ssh, which joins them with spaces: separate words would lose
+    their quoting (and glob in the container). The command travels base64-encoded, which
+    has neither spaces nor glob characters, and the node's shell decodes and runs it."""
+    encoded = base64.b64encode(shlex.join(argv).encode()).decode()
+    return f"echo {encoded} | base64 -d | sh"
 
 
 def cluster_image(image: str) -> str:

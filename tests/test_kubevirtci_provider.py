@@ -1,3 +1,7 @@
+import base64
+import json
+import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -7,6 +11,7 @@ from kubevirtci.kubevirtci_provider import (
     KubevirtciProvider,
     KubevirtciSettings,
     cluster_image,
+    node_command,
     parse_last_line,
 )
 from kubevirtci.runner import CommandFailed, CommandResult
@@ -32,15 +37,16 @@ def checkout(tmp_path):
 
 
 def provider(checkout, runner, **kw):
-    settings = KubevirtciSettings(tag="2611201503-abcdef0", checkout=checkout, **kw)
+    settings = KubevirtciSettings(kubevirt_version="v1.9.0", tag="2611201503-abcdef0",
+                                  checkout=checkout, **kw)
     return KubevirtciProvider(settings, runner, base_env={"PATH": "/usr/bin"})
 
 
-def test_cluster_up_runs_make_with_the_nvme_layout_and_two_nodes(checkout):
+def test_cluster_up_runs_up_sh_with_the_nvme_layout_and_two_nodes(checkout):
     runner = RecordingRunner()
     provider(checkout, runner).up()
     (call,) = runner.calls
-    assert call["argv"] == ["make", "cluster-up"]
+    assert call["argv"] == ["cluster-up/up.sh"]
     assert call["cwd"] == checkout
     env = call["env"]
     assert env["KUBEVIRT_PROVIDER_EXTRA_ARGS"] == "--nvme 1G --nvme 1G"
@@ -53,25 +59,43 @@ def test_cluster_up_runs_make_with_the_nvme_layout_and_two_nodes(checkout):
 def test_settings_from_env_honour_kubevirtci_variables():
     s = KubevirtciSettings.from_env(
         {"KDC_KUBEVIRTCI_TAG": "t1", "KUBEVIRT_PROVIDER": "k8s-1.35", "KUBEVIRT_NUM_NODES": "3",
-         "KUBEVIRT_PROVIDER_EXTRA_ARGS": "--nvme 2G"}, None, keep_cluster=True)
-    assert (s.tag, s.k8s_provider, s.num_nodes, s.nvme_args, s.keep_cluster) == (
-        "t1", "k8s-1.35", 3, "--nvme 2G", True)
+         "KUBEVIRT_PROVIDER_EXTRA_ARGS": "--nvme 2G"}, "v1.8.4", None, keep_cluster=True)
+    assert (s.kubevirt_version, s.tag, s.k8s_provider, s.num_nodes, s.nvme_args,
+            s.keep_cluster) == ("v1.8.4", "t1", "k8s-1.35", 3, "--nvme 2G", True)
 
 
-def test_missing_tag_is_one_clear_error():
+def test_a_checkout_without_version_txt_needs_a_tag(checkout):
+    settings = KubevirtciSettings(kubevirt_version="v1.9.0", checkout=checkout)
     with pytest.raises(SuiteUsageError, match="KDC_KUBEVIRTCI_TAG"):
-        KubevirtciSettings.from_env({}, None, keep_cluster=False)
+        KubevirtciProvider(settings, RecordingRunner(), base_env={}).up()
 
 
-def test_absent_checkout_is_cloned_at_the_pinned_tag(tmp_path, monkeypatch):
-    monkeypatch.setattr("kubevirtci.kubevirtci_provider.CACHE_ROOT", tmp_path)
-    runner = RecordingRunner()
-    p = KubevirtciProvider(KubevirtciSettings(tag="v9"), runner, base_env={})
+def release_module(tmp_path):
+    """A stand-in for the module folder `go mod download` names: kubevirtci/ pinned."""
+    module = tmp_path / "module"
+    scripts = module / "kubevirtci" / "cluster-up"
+    scripts.mkdir(parents=True)
+    (scripts / "version.txt").write_text("2606300938-ede497bd\n")
+    (scripts / "up.sh").write_text("#!/bin/bash\n")
+    (module / "kubevirtci" / "stable_provider.txt").write_text("k8s-1.35\n")
+    return module
+
+
+def test_without_a_checkout_the_releases_own_kubevirtci_is_used_as_pinned(tmp_path,
+                                                                         monkeypatch):
+    monkeypatch.setattr("kubevirtci.kubevirtci_provider.CACHE_ROOT", tmp_path / "cache")
+    download = ("go", "mod")
+    runner = RecordingRunner({download: (0, json.dumps({"Dir": str(release_module(tmp_path))}))})
+    p = KubevirtciProvider(KubevirtciSettings(kubevirt_version="v1.9.0"), runner, base_env={})
     p.up()
-    assert runner.calls[0]["argv"] == [
-        "git", "clone", "--depth", "1", "--branch", "v9",
-        "https://github.com/kubevirt/kubevirtci.git", str(tmp_path / "kubevirtci-v9")]
-    assert runner.calls[1]["argv"] == ["make", "cluster-up"]
+    assert runner.calls[0]["argv"] == ["go", "mod", "download", "-json",
+                                       "kubevirt.io/kubevirt@v1.9.0"]
+    assert p.checkout == tmp_path / "cache" / "kubevirtci-of-kubevirt-v1.9.0"
+    assert os.access(p.checkout / "cluster-up" / "up.sh", os.X_OK)
+    up = runner.calls[1]
+    assert up["argv"] == ["cluster-up/up.sh"] and up["cwd"] == p.checkout
+    assert up["env"]["KUBEVIRTCI_TAG"] == "2606300938-ede497bd"
+    assert up["env"]["KUBEVIRT_PROVIDER"] == "k8s-1.35"  # the release's stable provider
 
 
 def test_given_path_that_is_not_a_checkout_is_refused(tmp_path):
@@ -112,18 +136,18 @@ def test_node_commands_go_through_ssh_sh_and_down_respects_keep_cluster(checkout
     p = provider(checkout, runner)
     p.node("node02").run(["readlink", "/sys/bus/pci/devices/0000:00:05.0/driver"])
     assert runner.calls[-1]["argv"] == [
-        "cluster-up/ssh.sh", "node02", "--", "readlink",
-        "/sys/bus/pci/devices/0000:00:05.0/driver"]
+        "cluster-up/ssh.sh", "node02", "--",
+        node_command(["readlink", "/sys/bus/pci/devices/0000:00:05.0/driver"])]
     p.down()
-    assert runner.calls[-1]["argv"] == ["make", "cluster-down"]
+    assert runner.calls[-1]["argv"] == ["cluster-up/down.sh"]
     kept = RecordingRunner()
     provider(checkout, kept, keep_cluster=True).down()
     assert kept.calls == []
 
 
 def test_failed_cluster_up_names_the_command_and_the_fix(checkout):
-    runner = RecordingRunner({("make", "cluster-up"): (2, "no /dev/kvm\n")})
-    with pytest.raises(CommandFailed, match=r"`make cluster-up` exited 2. Fix: .*nested KVM"):
+    runner = RecordingRunner({("cluster-up/up.sh",): (2, "no /dev/kvm\n")})
+    with pytest.raises(CommandFailed, match=r"`cluster-up/up.sh` exited 2. Fix: .*nested KVM"):
         provider(checkout, runner).up()
 
 
@@ -136,10 +160,10 @@ def test_parse_last_line_skips_blank_lines():
 def test_device_plugin_controllers_are_bound_to_vfio_on_every_node(checkout):
     runner = RecordingRunner()
     provider(checkout, runner).prepare_device_plugin_devices(["node01", "node02"])
-    assert [c["argv"][:5] for c in runner.calls] == [
-        ["cluster-up/ssh.sh", "node01", "--", "sudo", "sh"],
-        ["cluster-up/ssh.sh", "node02", "--", "sudo", "sh"],
-    ]
-    script = runner.calls[0]["argv"][-1]
-    assert "= nvme-1 ]" in script
-    assert "vfio-pci > /sys/bus/pci/devices/$bdf/driver_override" in script
+    assert [c["argv"][:3] for c in runner.calls] == [
+        ["cluster-up/ssh.sh", "node01", "--"], ["cluster-up/ssh.sh", "node02", "--"]]
+    encoded = runner.calls[0]["argv"][3].split()[1]
+    script = shlex.split(base64.b64decode(encoded).decode())
+    assert script[:3] == ["sudo", "sh", "-c"]
+    assert "= nvme-1 ]" in script[3]
+    assert "vfio-pci > /sys/bus/pci/devices/$bdf/driver_override" in script[3]
