@@ -178,10 +178,13 @@ def _kubevirt_capabilities(facts: ClusterFacts, caps: Capabilities) -> None:
                   f"KubeVirt {facts.kubevirt_version} is {facts.kubevirt_phase}: its node "
                   "agents (virt-handler) are not ready")
     missing = [g for g in DRA_GATES if g not in facts.kubevirt_gates]
+    known = facts.kubevirt_release
     if missing:
+        maturity = f" ({', '.join(f'{g}: {known.gates[g].maturity}' for g in missing)} in "\
+            f"{known.name})" if known else ""
         caps.deny(
             Capability.KUBEVIRT_DRA_GATES,
-            f"KubeVirt feature gates {', '.join(missing)} are off; add them to "
+            f"KubeVirt feature gates {', '.join(missing)} are off{maturity}; add them to "
             "spec.configuration.developerConfiguration.featureGates",
         )
     else:
@@ -189,10 +192,12 @@ def _kubevirt_capabilities(facts: ClusterFacts, caps: Capabilities) -> None:
     version = parse_version(facts.kubevirt_version) or (0, 0)
     release = release_for(version)
     if release is None:
+        why = (f"KubeVirt {facts.kubevirt_version} is older than v1.6, which brought DRA"
+               if version > (0, 0) else
+               f"KubeVirt's version {facts.kubevirt_version!r} cannot be read as a release")
         for cap in (Capability.LAUNCHER_RENDERS_DRA, Capability.LAUNCHER_METADATA,
                     Capability.KUBEVIRT_DEVICE_STATUS):
-            caps.deny(cap, f"KubeVirt {facts.kubevirt_version} is older than v1.6, which "
-                      "brought DRA")
+            caps.deny(cap, why)
     elif facts.kubevirt_permits_host_devices and \
             not release.renders_dra_with_permitted_host_devices:
         caps.deny(Capability.LAUNCHER_RENDERS_DRA,

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import filelock
+
 from core.errors import SuiteUsageError
 from kubevirtci.capabilities import Capabilities, Capability
 from kubevirtci.provider import BIND_DEVICE_PLUGIN_NVME, Node, NodeCommandFailed, Provider
@@ -101,40 +103,49 @@ class KubevirtciProvider(Provider):
 
     def fetch_release_scripts(self) -> None:
         """Copy the release module's kubevirtci/ folder out of the read-only module cache
-        (the scripts write their configuration beside themselves, and must be runnable)."""
+        (the scripts write their configuration beside themselves, and must be runnable).
+        One copy at a time: pytest-xdist workers all bring the cluster up."""
         module = f"kubevirt.io/kubevirt@{self.settings.kubevirt_version}"
-        result = check(self.runner.run(["go", "mod", "download", "-json", module],
-                                       env=self.base_env, label="go"),
-                       "check that the Go module proxy is reachable (`go env GOPROXY`) and "
-                       "that --kubevirt-version names a KubeVirt release")
-        source = Path(json.loads(result.stdout)["Dir"]) / "kubevirtci"
-        staging = self.checkout.with_name(self.checkout.name + ".partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(source, staging)
-        for path in staging.rglob("*"):
-            mode = 0o755 if path.is_dir() or path.suffix == ".sh" else 0o644
-            path.chmod(mode)
-        staging.rename(self.checkout)
+        fix = ("check that Go is installed, that the Go module proxy is reachable (`go env "
+               "GOPROXY`) and that --kubevirt-version names a KubeVirt release")
+        self.checkout.parent.mkdir(parents=True, exist_ok=True)
+        with filelock.FileLock(str(self.checkout) + ".lock"):
+            if (self.checkout / "cluster-up").is_dir():
+                return
+            try:
+                result = self.runner.run(["go", "mod", "download", "-json", module],
+                                         env=self.base_env, label="go")
+            except OSError as err:
+                raise SuiteUsageError(f"cannot run `go mod download {module}`: {err}", fix) \
+                    from err
+            source = module_dir(check(result, fix).stdout, module) / "kubevirtci"
+            staging = self.checkout.with_name(self.checkout.name + ".partial")
+            remove_tree(staging)
+            shutil.copytree(source, staging)
+            for path in [staging, *staging.rglob("*")]:
+                path.chmod(0o755 if path.is_dir() or path.suffix == ".sh" else 0o644)
+            staging.rename(self.checkout)
 
     def run(self, argv: list[str], hint: str) -> str:
         result = self.runner.run(argv, env=self.env(), cwd=self.checkout, label="kubevirtci")
         return check(result, hint).stdout
 
     def up(self) -> None:
-        if not (self.checkout / "cluster-up").is_dir():
-            if self.settings.checkout is not None:
-                raise SuiteUsageError(
-                    f"{self.checkout} is not a kubevirtci checkout (no cluster-up/)",
-                    "pass --kubevirtci-path with the root of a kubevirtci clone, or leave it "
-                    "out to use the kubevirtci of the KubeVirt release (--kubevirt-version)",
-                )
-            self.checkout.parent.mkdir(parents=True, exist_ok=True)
+        if self.settings.checkout is None:
             self.fetch_release_scripts()
-        self.run(["cluster-up/up.sh"], "kubevirtci needs docker or podman and nested KVM "
-                 "(/dev/kvm); see cluster-up/check.sh")
+        elif not (self.checkout / "cluster-up").is_dir():
+            raise SuiteUsageError(
+                f"{self.checkout} is not a kubevirtci checkout (no cluster-up/)",
+                "pass --kubevirtci-path with the root of a kubevirtci clone, or leave it "
+                "out to use the kubevirtci of the KubeVirt release (--kubevirt-version)",
+            )
+        # What kubevirtci's `make cluster-up` runs.
+        for script in ("cluster-up/check.sh", "cluster-up/up.sh"):
+            self.run([script], "kubevirtci needs docker or podman and nested KVM (/dev/kvm); "
+                     "see the output of cluster-up/check.sh above")
 
     def kubeconfig(self) -> Path:
-        out = self.run(["cluster-up/kubeconfig.sh"], "run `make cluster-up` first")
+        out = self.run(["cluster-up/kubeconfig.sh"], "bring the cluster up first")
         return Path(parse_last_line(out))
 
     def registry_port(self) -> int:
@@ -211,6 +222,26 @@ def node_command(argv: list[str]) -> str:
     has neither spaces nor glob characters, and the node's shell decodes and runs it."""
     encoded = base64.b64encode(shlex.join(argv).encode()).decode()
     return f"echo {encoded} | base64 -d | sh"
+
+
+def module_dir(output: str, module: str) -> Path:
+    """The module's folder from `go mod download -json` output (which may carry Go's
+    own messages around the JSON object)."""
+    start = output.find("{")
+    try:
+        return Path(json.JSONDecoder().raw_decode(output[start:])[0]["Dir"])
+    except (ValueError, KeyError) as err:
+        raise SuiteUsageError(f"`go mod download -json {module}` printed no module folder: "
+                              f"{output.strip()[:300]}", "run it by hand to see why") from err
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a folder even where a copy from the module cache left it read-only."""
+    if not path.exists():
+        return
+    for folder in [path, *(p for p in path.rglob("*") if p.is_dir() and not p.is_symlink())]:
+        folder.chmod(0o755)
+    shutil.rmtree(path)
 
 
 def cluster_image(image: str) -> str:

@@ -42,6 +42,16 @@ class Release:
     def default_on_gates(self) -> set[str]:
         return {name for name, gate in self.gates.items() if gate.default_on}
 
+    def summary(self) -> str:
+        """What the suite expects of this release, for the report header."""
+        gates = ", ".join(f"{name} {gate.maturity}{' (on by default)' if gate.default_on else ''}"
+                          for name, gate in sorted(self.gates.items()))
+        address = (f"KEP-5304 metadata ({', '.join(self.metadata_versions)})"
+                   if self.metadata_versions else
+                   f"status.deviceStatus, filled from {self.device_status_pci_attribute}")
+        return (f"{self.name} (from its code): gates {gates}; PCI address from {address}; "
+                f"template claims found through {self.template_claims_via}")
+
 
 _ALPHA_OFF = Gate("Alpha", False)
 _BETA_ON = Gate("Beta", True)

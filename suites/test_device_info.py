@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core import waits
+from core.timeouts import Timeout
 from fixtures import markers, vms
 from fixtures.builders.vmi import HOST_DEVICES, with_claim_reference, with_device
 from fixtures.claims import REQUEST, plain_claim
@@ -130,13 +131,18 @@ def test_guest_lists_device_with_allocated_serial(
 def test_device_status_matches_allocation_on_kubevirt_1_6_and_1_7(
     kube, objects, namespace, profile, cluster
 ):
+    kind = "gpuStatuses" if profile.device_kind == "gpu" else "hostDeviceStatuses"
+
+    def entry(vmi):
+        statuses = (((vmi or {}).get("status") or {}).get("deviceStatus") or {}).get(kind)
+        return next((s for s in statuses or [] if s.get("name") == "nvme"), None)
+
     _dra_vm(objects, profile)
-    vm = vms.running(kube, "vm", namespace)
-    statuses = (vm.vmi["status"].get("deviceStatus") or {}).get(
-        "gpuStatuses" if profile.device_kind == "gpu" else "hostDeviceStatuses"
-    ) or []
-    entry = next(s for s in statuses if s.get("name") == "nvme")
-    attributes = entry["deviceResourceClaimStatus"]["attributes"]
+    # virt-controller fills deviceStatus before the launcher starts: checked first, as a
+    # wrong address stops the VM from starting at all.
+    vmi = waits.wait_for(kube, "VirtualMachineInstance", "vm", namespace, entry,
+                         Timeout.VMI_RUNNING, "virt-controller to fill the VMI's deviceStatus")
+    attributes = entry(vmi)["deviceResourceClaimStatus"]["attributes"]
     allocated = _allocated_bus_id(kube, namespace)
     release = cluster.facts.kubevirt_release
     source = release.device_status_pci_attribute
@@ -146,3 +152,4 @@ def test_device_status_matches_allocation_on_kubevirt_1_6_and_1_7(
         pytest.xfail(f"KubeVirt {cluster.facts.kubevirt_version} "
                      f"{release.device_status_caveat}: the launcher gets "
                      f"{allocated.get(source)!r}, the device is {allocated[PCI_BUS_ID]!r}")
+    vms.running(kube, "vm", namespace)

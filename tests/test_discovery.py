@@ -141,8 +141,9 @@ def test_dra_gates_are_on_by_default_only_where_the_release_made_them_beta(
     caps = capabilities_from(discover(api), DRIVER, DP)
     assert caps.has(Capability.KUBEVIRT_DRA_GATES) is on_by_default
     if not on_by_default:
-        assert "HostDevicesWithDRA, GPUsWithDRA are off" in caps.reason_missing(
-            Capability.KUBEVIRT_DRA_GATES)
+        reason = caps.reason_missing(Capability.KUBEVIRT_DRA_GATES)
+        assert "HostDevicesWithDRA, GPUsWithDRA are off" in reason
+        assert f"GPUsWithDRA: Alpha in {version.rsplit('.', 1)[0]}" in reason
 
 
 def test_admission_rules_by_release():
@@ -158,6 +159,14 @@ def test_kubevirt_1_6_and_1_7_take_the_pci_address_from_pcie_root():
         assert release.device_status_pci_attribute == "resource.kubernetes.io/pcieRoot"
         assert "kubernetes/kubernetes#134569" in release.device_status_caveat
     assert release_for((1, 8)).device_status_pci_attribute is None
+
+
+def test_the_header_summary_names_gates_address_source_and_template_claims():
+    summary = release_for((1, 7)).summary()
+    assert "GPUsWithDRA Alpha" in summary
+    assert "deviceStatus, filled from resource.kubernetes.io/pcieRoot" in summary
+    assert "resourceClaimStatuses" in summary
+    assert "HostDevicesWithDRA Beta (on by default)" in release_for((1, 9)).summary()
 
 
 def test_releases_outside_the_table():

@@ -45,7 +45,8 @@ def provider(checkout, runner, **kw):
 def test_cluster_up_runs_up_sh_with_the_nvme_layout_and_two_nodes(checkout):
     runner = RecordingRunner()
     provider(checkout, runner).up()
-    (call,) = runner.calls
+    check, call = runner.calls
+    assert check["argv"] == ["cluster-up/check.sh"]  # as kubevirtci's `make cluster-up`
     assert call["argv"] == ["cluster-up/up.sh"]
     assert call["cwd"] == checkout
     env = call["env"]
@@ -85,17 +86,42 @@ def test_without_a_checkout_the_releases_own_kubevirtci_is_used_as_pinned(tmp_pa
                                                                          monkeypatch):
     monkeypatch.setattr("kubevirtci.kubevirtci_provider.CACHE_ROOT", tmp_path / "cache")
     download = ("go", "mod")
-    runner = RecordingRunner({download: (0, json.dumps({"Dir": str(release_module(tmp_path))}))})
+    printed = "go: a warning\n" + json.dumps({"Dir": str(release_module(tmp_path))}, indent=1)
+    runner = RecordingRunner({download: (0, printed)})
     p = KubevirtciProvider(KubevirtciSettings(kubevirt_version="v1.9.0"), runner, base_env={})
     p.up()
     assert runner.calls[0]["argv"] == ["go", "mod", "download", "-json",
                                        "kubevirt.io/kubevirt@v1.9.0"]
     assert p.checkout == tmp_path / "cache" / "kubevirtci-of-kubevirt-v1.9.0"
     assert os.access(p.checkout / "cluster-up" / "up.sh", os.X_OK)
-    up = runner.calls[1]
+    # The scripts write _ci-configs/ into the copy's own top folder.
+    assert p.checkout.stat().st_mode & 0o777 == 0o755
+    up = runner.calls[2]
     assert up["argv"] == ["cluster-up/up.sh"] and up["cwd"] == p.checkout
     assert up["env"]["KUBEVIRTCI_TAG"] == "2606300938-ede497bd"
     assert up["env"]["KUBEVIRT_PROVIDER"] == "k8s-1.35"  # the release's stable provider
+
+
+def test_a_read_only_leftover_of_an_interrupted_copy_is_replaced(tmp_path, monkeypatch):
+    monkeypatch.setattr("kubevirtci.kubevirtci_provider.CACHE_ROOT", tmp_path / "cache")
+    leftover = tmp_path / "cache" / "kubevirtci-of-kubevirt-v1.9.0.partial" / "cluster-up"
+    leftover.mkdir(parents=True)
+    leftover.chmod(0o555)
+    leftover.parent.chmod(0o555)
+    runner = RecordingRunner({("go", "mod"): (0, json.dumps({"Dir": str(release_module(
+        tmp_path))}))})
+    p = KubevirtciProvider(KubevirtciSettings(kubevirt_version="v1.9.0"), runner, base_env={})
+    p.up()
+    assert (p.checkout / "cluster-up" / "version.txt").is_file()
+    assert not leftover.exists()
+
+
+def test_go_output_without_a_module_folder_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr("kubevirtci.kubevirtci_provider.CACHE_ROOT", tmp_path)
+    runner = RecordingRunner({("go", "mod"): (0, "go: nothing\n")})
+    p = KubevirtciProvider(KubevirtciSettings(kubevirt_version="v1.9.0"), runner, base_env={})
+    with pytest.raises(SuiteUsageError, match="printed no module folder"):
+        p.up()
 
 
 def test_given_path_that_is_not_a_checkout_is_refused(tmp_path):
@@ -146,8 +172,8 @@ def test_node_commands_go_through_ssh_sh_and_down_respects_keep_cluster(checkout
 
 
 def test_failed_cluster_up_names_the_command_and_the_fix(checkout):
-    runner = RecordingRunner({("cluster-up/up.sh",): (2, "no /dev/kvm\n")})
-    with pytest.raises(CommandFailed, match=r"`cluster-up/up.sh` exited 2. Fix: .*nested KVM"):
+    runner = RecordingRunner({("cluster-up/check.sh",): (2, "no /dev/kvm\n")})
+    with pytest.raises(CommandFailed, match=r"`cluster-up/check.sh` exited 2. Fix: .*nested KVM"):
         provider(checkout, runner).up()
 
 
