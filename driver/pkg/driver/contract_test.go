@@ -150,6 +150,31 @@ func TestAControllerRemovedFromTheBusIsReportedUnhealthy(t *testing.T) {
 	}
 }
 
+func TestAClaimWhoseDeviceLeftTheBusUnpreparesSoItsPodCanEnd(t *testing.T) {
+	n := newNode(t)
+	d := n.start(t)
+	if r := prepare(t, d, claim("uid-a", "nvme-0000-00-05-0")); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	sys := pci.Sysfs{Root: n.root}
+	if err := os.WriteFile(filepath.Join(sys.DevicePath("0000:00:05.0"), "remove"), []byte("1"), 0o200); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for sys.Present("0000:00:05.0") {
+		if time.Now().After(deadline) {
+			t.Fatal("the emulated kernel did not take the function off the bus")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := unprepare(t, d, "uid-a"); err != nil {
+		t.Fatalf("unprepare must succeed for a device that is gone: %v", err)
+	}
+	if _, held := d.cfg.Checkpoint.Get("uid-a"); held {
+		t.Fatal("the claim must be forgotten")
+	}
+}
+
 func TestWatchHealthStatusSendsAtOnceAndStopsWithItsContext(t *testing.T) {
 	d := newNode(t).start(t)
 	ctx, cancel := context.WithCancel(context.Background())

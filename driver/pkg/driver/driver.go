@@ -233,7 +233,15 @@ func (d *Driver) unprepare(ctx context.Context, uid string) error {
 	if !ok {
 		return d.cfg.CDI.Remove(uid)
 	}
+	logger := klog.FromContext(ctx)
 	for _, dev := range prepared.Devices {
+		if !d.cfg.Sysfs.Present(dev.Function.BDF) {
+			// Hot-removed: nothing to give back, and refusing would keep the pod from
+			// ever terminating.
+			logger.Info("device left the PCI bus while prepared; nothing to give back",
+				"claim", uid, "pciBusID", dev.Function.BDF)
+			continue
+		}
 		if err := d.cfg.Binder.Restore(dev.Function.BDF, dev.OriginalDriver); err != nil {
 			return fmt.Errorf("returning %s to %q: %w", dev.Function.BDF, dev.OriginalDriver, err)
 		}
@@ -241,7 +249,7 @@ func (d *Driver) unprepare(ctx context.Context, uid string) error {
 	if err := d.cfg.CDI.Remove(uid); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).Info("unprepared claim", "uid", uid, "devices", len(prepared.Devices))
+	logger.Info("unprepared claim", "uid", uid, "devices", len(prepared.Devices))
 	return d.cfg.Checkpoint.Delete(uid)
 }
 

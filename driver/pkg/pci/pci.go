@@ -152,6 +152,12 @@ func (s Sysfs) IOMMUGroup(bdf string) int {
 	return n
 }
 
+// Present tells whether the function is on the bus (its sysfs entry exists).
+func (s Sysfs) Present(bdf string) bool {
+	_, err := os.Lstat(s.DevicePath(bdf))
+	return err == nil
+}
+
 // Problem says what is wrong with a function as the kernel shows it, or "" when
 // nothing is: gone from the bus (surprise removal, or a write to its "remove"),
 // configuration reads answered with all ones (it fell off the bus), or an nvme
