@@ -2,6 +2,7 @@
 
 pytest_plugins = [
     "fixtures.plugin",
+    "fixtures.certification",
     "reports.junit",
     "reports.html",
     "reports.skips",

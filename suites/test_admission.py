@@ -69,6 +69,7 @@ BROKEN_RULES = {
 
 
 @pytest.mark.parametrize("rule", sorted(BROKEN_RULES))
+@markers.requirement("ADMIT-001")
 def test_vep10_rule_violation_is_rejected_naming_the_field(objects, profile, cluster, rule):
     release = cluster.facts.kubevirt_release
     if release is not None and rule not in release.admission_rules:
@@ -100,6 +101,7 @@ def _assert_nothing_leaks(kube, namespace, claim):
 
 
 @markers.requires_launcher
+@markers.requirement("ADMIT-002")
 def test_claim_on_missing_device_class_leaves_vmi_pending_with_reason(
     kube, objects, namespace, profile
 ):
@@ -115,6 +117,7 @@ def test_claim_on_missing_device_class_leaves_vmi_pending_with_reason(
 # kubevirt.io/schedulable are considered, and only on those is the device selector
 # evaluated (a missing DeviceClass fails earlier, in PreFilter, on any cluster).
 @markers.requires_running_vms
+@markers.requirement("ADMIT-003")
 def test_unsatisfiable_selector_leaves_vmi_pending_with_reason(
     kube, objects, namespace, profile
 ):
@@ -130,6 +133,7 @@ def test_unsatisfiable_selector_leaves_vmi_pending_with_reason(
 
 
 @markers.requires_running_vms
+@markers.requirement("ADMIT-004")
 def test_deleting_a_claim_in_use_does_not_take_the_device_from_a_running_vm(
     kube, objects, namespace, profile
 ):
@@ -146,6 +150,7 @@ def test_deleting_a_claim_in_use_does_not_take_the_device_from_a_running_vm(
 
 
 @markers.exclusive_devices
+@markers.requirement("ADMIT-005")
 def test_dra_host_devices_are_rejected_while_the_host_devices_gate_is_off(
     kube, objects, profile, cluster
 ):
@@ -205,6 +210,7 @@ BUILDER_SHAPES = {
 
 @pytest.mark.parametrize("shape", sorted(BUILDER_SHAPES))
 @pytest.mark.parametrize("run_strategy", ["Always", "Halted"])
+@markers.requirement("ADMIT-006")
 def test_the_webhook_accepts_every_vm_shape_the_suites_build(
     kube, namespace, profile, shape, run_strategy
 ):

@@ -29,6 +29,7 @@ def _vm_with_claim(name, profile, claim_name, *options, vm_options=()):
 
 
 @pytest.mark.parametrize("cycle", ["stop-start", "restart"])
+@markers.requirement("PERSIST-001")
 def test_precreated_claim_survives_vm_cycle(kube, objects, namespace, profile, cycle):
     claim = objects.create(plain_claim("nvme", profile))
     objects.create(_vm_with_claim("vm", profile, "nvme"))
@@ -46,6 +47,7 @@ def test_precreated_claim_survives_vm_cycle(kube, objects, namespace, profile, c
     assert after["metadata"]["uid"] == claim["metadata"]["uid"]
 
 
+@markers.requirement("PERSIST-002")
 def test_precreated_claim_survives_vm_deletion(kube, objects, namespace, profile):
     claim = objects.create(plain_claim("nvme", profile))
     objects.create(_vm_with_claim("vm", profile, "nvme"))
@@ -56,6 +58,7 @@ def test_precreated_claim_survives_vm_deletion(kube, objects, namespace, profile
     assert after["metadata"]["uid"] == claim["metadata"]["uid"]
 
 
+@markers.requirement("PERSIST-003")
 def test_template_claim_is_recreated_per_launcher_pod_and_deleted_with_it(
     kube, objects, namespace, profile
 ):
@@ -78,6 +81,7 @@ def test_template_claim_is_recreated_per_launcher_pod_and_deleted_with_it(
 
 
 @markers.requires(Capability.GUEST_ACCESS, Capability.LAUNCHER_METADATA)
+@markers.requirement("PERSIST-004")
 def test_pinned_claim_gets_same_device_after_restart(kube, objects, namespace, profile, guest):
     device = pick_free_device(kube, profile)
     objects.create(pinned_claim("nvme", profile, device))
@@ -96,6 +100,7 @@ def test_pinned_claim_gets_same_device_after_restart(kube, objects, namespace, p
 
 @markers.slow
 @markers.requires(Capability.GUEST_ACCESS)
+@markers.requirement("PERSIST-005")
 def test_data_written_in_guest_is_read_back_after_restart(
     kube, objects, namespace, profile, guest
 ):
@@ -114,6 +119,7 @@ def test_data_written_in_guest_is_read_back_after_restart(
 
 
 @markers.exclusive_devices
+@markers.requirement("PERSIST-006")
 def test_unpinned_claim_reports_whether_device_changed_against_profile_promise(
     kube, objects, namespace, profile, record_property
 ):
@@ -137,6 +143,7 @@ def test_unpinned_claim_reports_whether_device_changed_against_profile_promise(
 
 
 @markers.exclusive_devices
+@markers.requirement("PERSIST-007")
 def test_stopped_vm_device_can_be_taken_by_another_vm(kube, objects, namespace, profile):
     device = pick_free_device(kube, profile)
     objects.create(pinned_claim("a", profile, device))
@@ -152,6 +159,7 @@ def test_stopped_vm_device_can_be_taken_by_another_vm(kube, objects, namespace, 
 
 
 @markers.exclusive_devices
+@markers.requirement("PERSIST-008")
 def test_pinned_vm_waits_while_its_device_is_held_and_starts_after_release(
     kube, objects, namespace, profile
 ):
@@ -179,6 +187,7 @@ def test_pinned_vm_waits_while_its_device_is_held_and_starts_after_release(
 
 
 @markers.requires(Capability.PERSISTENT_DRA_CLAIMS)
+@markers.requirement("PERSIST-009")
 def test_vm_owned_persistent_claim_survives_stop_and_keeps_device(
     kube, objects, namespace, profile
 ):

@@ -27,6 +27,7 @@ def _node_names(kube) -> list[str]:
                   if not (n["spec"].get("unschedulable")))
 
 
+@markers.requirement("CLUSTER-001")
 def test_a_pod_reaches_the_api_server_through_the_kubernetes_service(
     kube, objects, namespace, profile
 ):
@@ -49,6 +50,7 @@ def test_a_pod_reaches_the_api_server_through_the_kubernetes_service(
         f"system:serviceaccount:{namespace}:default"
 
 
+@markers.requirement("CLUSTER-002")
 def test_a_cluster_ip_service_routes_to_a_pod_on_another_node(kube, objects, namespace,
                                                               profile):
     nodes = _node_names(kube)
@@ -85,6 +87,7 @@ def test_a_cluster_ip_service_routes_to_a_pod_on_another_node(kube, objects, nam
 
 
 @markers.requires(Capability.NODE_ACCESS)
+@markers.requirement("CLUSTER-003")
 def test_a_host_pid_pod_sees_only_its_own_nodes_processes(kube, objects, namespace, profile,
                                                            cluster):
     pod = new_pod("p", profile.test_image)

@@ -59,6 +59,7 @@ def _metadata_bus_ids(documents):
     return found
 
 
+@markers.requirement("INFO-001")
 def test_launcher_pod_carries_claims_and_compute_claim_requests(
     kube, objects, namespace, profile
 ):
@@ -71,6 +72,7 @@ def test_launcher_pod_carries_claims_and_compute_claim_requests(
 
 
 @markers.requires(Capability.LAUNCHER_METADATA)
+@markers.requirement("INFO-002")
 def test_metadata_file_at_kubevirt_path_matches_slice_pci_bus_id(
     kube, objects, namespace, profile
 ):
@@ -81,6 +83,7 @@ def test_metadata_file_at_kubevirt_path_matches_slice_pci_bus_id(
     assert _metadata_bus_ids(documents) == [_allocated_bus_id(kube, namespace)[PCI_BUS_ID]]
 
 
+@markers.requirement("INFO-003")
 def test_vfio_device_nodes_are_present_in_launcher(kube, objects, namespace, profile):
     _dra_vm(objects, profile)
     vm = vms.running(kube, "vm", namespace)
@@ -89,6 +92,7 @@ def test_vfio_device_nodes_are_present_in_launcher(kube, objects, namespace, pro
 
 
 @markers.requires(Capability.DEVICE_PLUGIN_NVME)
+@markers.requirement("INFO-004")
 def test_device_plugin_vm_gets_pci_resource_env(kube, objects, namespace, profile):
     objects.create(vms.guest_vm(
         "vm", profile, with_device(HOST_DEVICES, "dp", deviceName=profile.device_plugin_resource)
@@ -105,6 +109,7 @@ def test_device_plugin_vm_gets_pci_resource_env(kube, objects, namespace, profil
     )
 
 
+@markers.requirement("INFO-005")
 def test_domain_xml_hostdev_source_matches_allocated_pci_bus_id(
     kube, objects, namespace, profile
 ):
@@ -116,6 +121,7 @@ def test_domain_xml_hostdev_source_matches_allocated_pci_bus_id(
 
 
 @markers.requires(Capability.GUEST_ACCESS)
+@markers.requirement("INFO-006")
 def test_guest_lists_device_with_allocated_serial(
     kube, objects, namespace, profile, guest, pci_vendor_device
 ):
@@ -128,6 +134,7 @@ def test_guest_lists_device_with_allocated_serial(
 
 
 @markers.requires(Capability.KUBEVIRT_DEVICE_STATUS)
+@markers.requirement("INFO-007")
 def test_device_status_matches_allocation_on_kubevirt_1_6_and_1_7(
     kube, objects, namespace, profile, cluster
 ):

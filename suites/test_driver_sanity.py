@@ -32,6 +32,7 @@ def _driver_slices(kube, profile):
     return [s for s in kube.list("ResourceSlice") if s["spec"]["driver"] == profile.driver]
 
 
+@markers.requirement("SANITY-001")
 def test_resource_slices_have_unique_devices_and_consistent_pools(kube, profile):
     pools = defaultdict(list)
     for s in _driver_slices(kube, profile):
@@ -47,6 +48,7 @@ def test_resource_slices_have_unique_devices_and_consistent_pools(kube, profile)
         assert all(n == 1 for n in names.values()), f"pool {name} repeats {names}"
 
 
+@markers.requirement("SANITY-002")
 def test_resource_slices_carry_the_profile_required_attributes(kube, profile):
     for s in _driver_slices(kube, profile):
         for device in s["spec"].get("devices") or []:
@@ -149,6 +151,7 @@ def prepared(plugin, allocate, device):
 
 
 @needs_socket
+@markers.requirement("SANITY-003")
 def test_prepare_returns_cdi_ids_that_resolve_in_a_parsable_spec(plugin, prepared, device):
     _, result = prepared
     assert not result.get("error"), result
@@ -160,6 +163,7 @@ def test_prepare_returns_cdi_ids_that_resolve_in_a_parsable_spec(plugin, prepare
 
 
 @needs_socket
+@markers.requirement("SANITY-004")
 def test_metadata_file_lists_the_allocated_device(plugin, prepared, profile, device):
     if not profile.device_metadata:
         pytest.skip(f"profile {profile.name} declares no KEP-5304 device metadata")
@@ -171,6 +175,7 @@ def test_metadata_file_lists_the_allocated_device(plugin, prepared, profile, dev
 
 
 @needs_socket
+@markers.requirement("SANITY-005")
 def test_prepare_twice_gives_the_same_answer(plugin, prepared):
     claim, first = prepared
     again = plugin.call("prepare", claim)["claims"][claim["metadata"]["uid"]]
@@ -178,6 +183,7 @@ def test_prepare_twice_gives_the_same_answer(plugin, prepared):
 
 
 @needs_socket
+@markers.requirement("SANITY-006")
 def test_unprepare_twice_and_unprepare_of_an_unknown_claim_are_fine(plugin, allocate, device):
     claim = allocate("twice", device)
     plugin.call("prepare", claim)
@@ -192,6 +198,7 @@ def test_unprepare_twice_and_unprepare_of_an_unknown_claim_are_fine(plugin, allo
 
 @needs_socket
 @markers.exclusive_devices
+@markers.requirement("SANITY-007")
 def test_plugin_restart_keeps_prepared_claims(kube, plugin, prepared, profile, device):
     claim, first = prepared
     pods = [p for p in kube.list("Pod", label_selector=profile.plugin_pod_selector)
@@ -214,6 +221,7 @@ def test_plugin_restart_keeps_prepared_claims(kube, plugin, prepared, profile, d
 
 
 @needs_socket
+@markers.requirement("SANITY-008")
 def test_no_device_is_prepared_for_two_claims_under_concurrent_requests(
     plugin, allocate, device, profile
 ):

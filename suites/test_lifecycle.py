@@ -19,6 +19,7 @@ def _vm(name, profile, claim, node):
                         with_node_selector(node))
 
 
+@markers.requirement("LIFE-001")
 def test_deleting_a_vm_deallocates_its_claim_and_the_device_is_reusable(
     kube, objects, namespace, profile
 ):
@@ -37,6 +38,7 @@ def test_deleting_a_vm_deallocates_its_claim_and_the_device_is_reusable(
 
 
 @markers.slow
+@markers.requirement("LIFE-002")
 def test_five_fast_stop_start_cycles_leak_no_claim_or_reservation(
     kube, objects, namespace, profile
 ):

@@ -37,6 +37,7 @@ def _reserved_by(claim):
     return [r.get("name") for r in (claim.get("status") or {}).get("reservedFor") or []]
 
 
+@markers.requirement("POD-001")
 def test_scheduler_allocates_a_claim_from_the_driver_slices(kube, objects, namespace, profile):
     objects.create(plain_claim("c", profile))
     objects.create(_pod("p", profile, "c"))
@@ -49,6 +50,7 @@ def test_scheduler_allocates_a_claim_from_the_driver_slices(kube, objects, names
     assert _reserved_by(claim) == ["p"]
 
 
+@markers.requirement("POD-002")
 def test_template_claim_is_owned_by_its_pod_and_deleted_with_it(kube, objects, namespace,
                                                                 profile):
     objects.create(new_resource_claim_template("t", with_request(REQUEST, profile.device_class)))
@@ -65,6 +67,7 @@ def test_template_claim_is_owned_by_its_pod_and_deleted_with_it(kube, objects, n
     waits.is_gone(kube, "ResourceClaim", generated, namespace)
 
 
+@markers.requirement("POD-003")
 def test_precreated_claim_outlives_its_pod_and_is_deallocated_when_unreserved(
     kube, objects, namespace, profile
 ):
@@ -78,6 +81,7 @@ def test_precreated_claim_outlives_its_pod_and_is_deallocated_when_unreserved(
     assert after["metadata"]["uid"] == created["metadata"]["uid"], "the claim was re-created"
 
 
+@markers.requirement("POD-004")
 def test_pinned_claim_gets_the_same_device_back(kube, objects, namespace, profile):
     device = pick_free_device(kube, profile)
     objects.create(pinned_claim("c", profile, device))
@@ -109,6 +113,7 @@ def _sections(log: str) -> dict[str, str]:
     return {k: "\n".join(v) for k, v in sections.items()}
 
 
+@markers.requirement("POD-005")
 def test_cdi_env_device_nodes_and_metadata_reach_the_container(kube, objects, namespace,
                                                                profile):
     objects.create(plain_claim("c", profile))
@@ -131,6 +136,7 @@ def test_cdi_env_device_nodes_and_metadata_reach_the_container(kube, objects, na
 
 
 @markers.requires(Capability.NODE_ACCESS)
+@markers.requirement("POD-006")
 def test_prepared_device_is_bound_to_vfio_and_given_back_after_the_pod(
     kube, objects, namespace, profile, cluster
 ):
@@ -155,6 +161,7 @@ def test_prepared_device_is_bound_to_vfio_and_given_back_after_the_pod(
     assert bound_driver() == "nvme", "the device must go back to its original driver"
 
 
+@markers.requirement("POD-007")
 def test_a_container_given_a_function_sees_it_in_sysfs_with_its_iommu_group(
     kube, objects, namespace, profile, pci_vendor_device
 ):

@@ -12,6 +12,7 @@ pytestmark = [markers.vm, markers.requires_plain_vms]
 BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
 
 
+@markers.requirement("VM-001")
 def test_a_vm_boots_and_answers_on_its_console(kube, objects, namespace, profile, guest):
     objects.create(vms.guest_vm("vm", profile))
     vm = vms.running(kube, "vm", namespace)
@@ -19,6 +20,7 @@ def test_a_vm_boots_and_answers_on_its_console(kube, objects, namespace, profile
     assert guest.run(vm.name, vm.namespace, "echo kdc-$((40 + 2))").strip() == "kdc-42"
 
 
+@markers.requirement("VM-002")
 def test_a_restart_reboots_the_guest(kube, objects, namespace, profile, guest):
     objects.create(vms.guest_vm("vm", profile))
     vm = vms.running(kube, "vm", namespace)
@@ -29,6 +31,7 @@ def test_a_restart_reboots_the_guest(kube, objects, namespace, profile, guest):
     assert before and after and before != after, (before, after)
 
 
+@markers.requirement("VM-003")
 def test_stop_and_start_bring_the_vm_back(kube, objects, namespace, profile, guest):
     objects.create(vms.guest_vm("vm", profile))
     first = vms.running(kube, "vm", namespace)
@@ -40,6 +43,7 @@ def test_stop_and_start_bring_the_vm_back(kube, objects, namespace, profile, gue
     assert guest.run(vm.name, vm.namespace, "echo back").strip() == "back"
 
 
+@markers.requirement("VM-004")
 def test_deleting_a_vm_leaves_nothing_behind(kube, objects, namespace, profile):
     objects.create(vms.guest_vm("vm", profile))
     vm = vms.running(kube, "vm", namespace)

@@ -7,12 +7,13 @@ from kubevirtci.capabilities import Capabilities, Capability
 
 
 class Item:
-    def __init__(self, *caps):
-        self.marks = [SimpleNamespace(args=[c.value for c in caps])]
+    def __init__(self, *caps, requirement="PERSIST-001"):
+        self.marks = {"requires": [SimpleNamespace(args=[c.value for c in caps])],
+                      "requirement": [SimpleNamespace(args=[requirement])]}
         self.user_properties = []
 
     def iter_markers(self, name):
-        return iter(self.marks if name == "requires" else [])
+        return iter(self.marks.get(name, []))
 
 
 def session(certify):
@@ -30,9 +31,14 @@ def test_missing_capability_skips_with_its_reason():
         ("skip_causes", {"KubeVirt is not installed on this cluster": ["kubevirt"]})]
 
 
-def test_certification_mode_turns_the_skip_into_a_failure():
+def test_certification_mode_turns_the_skip_of_a_required_requirement_into_a_failure():
     with pytest.raises(pytest.fail.Exception, match="certification requires: kubevirt"):
         enforce_capabilities(Item(Capability.KUBEVIRT), session(True))
+
+
+def test_certification_mode_still_skips_an_optional_requirement():
+    with pytest.raises(pytest.skip.Exception, match="kubevirt"):
+        enforce_capabilities(Item(Capability.KUBEVIRT, requirement="PERSIST-009"), session(True))
 
 
 def test_met_requirements_pass():

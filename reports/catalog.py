@@ -1,0 +1,185 @@
+"""The conformance requirements: each with a stable ID, one sentence, where it comes
+from, and whether a profile may leave it out. Tests name the requirements they prove
+with ``@markers.requirement("PERSIST-001")``; a unit test keeps the two in step, and
+``python -m reports catalog`` writes the reference document (docs/requirements.md)."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+
+class Source(StrEnum):
+    VEP_10 = "VEP-10 (KubeVirt DRA devices)"
+    VEP_344 = "VEP-344 (KubeVirt VM-owned DRA claims)"
+    KEP_4381 = "KEP-4381 (DRA structured parameters)"
+    KEP_5304 = "KEP-5304 (DRA device metadata)"
+    PLUGIN_API = "kubelet DRA plugin API (k8s.io/kubelet dra/v1)"
+    CDI = "Container Device Interface"
+    DEVICE_PLUGIN = "KubeVirt permittedHostDevices device plugin"
+    KUBEVIRT = "KubeVirt VM lifecycle"
+    KUBERNETES = "Kubernetes networking and node model"
+    PROFILE = "the driver profile's promises"
+
+
+class Level(StrEnum):
+    REQUIRED = "required"  # every profile; a skip fails a --certify run
+    OPTIONAL = "optional"  # a profile, a release or a provider may lack it (skip allowed)
+
+
+@dataclass(frozen=True)
+class Requirement:
+    id: str
+    text: str
+    source: Source
+    level: Level = Level.REQUIRED
+
+
+_R, _O = Level.REQUIRED, Level.OPTIONAL
+REQUIREMENTS: tuple[Requirement, ...] = (
+    Requirement("PERSIST-001", "A pre-created claim survives VM stop/start and restart and "
+                "stays allocated to the VM.", Source.VEP_10),
+    Requirement("PERSIST-002", "A pre-created claim survives the deletion of the VM that "
+                "used it.", Source.VEP_10),
+    Requirement("PERSIST-003", "A claim from a template is created per launcher pod and "
+                "deleted with it.", Source.KEP_4381),
+    Requirement("PERSIST-004", "A claim pinned to a device's identity gets the same device "
+                "back after a restart (PCI address, serial).", Source.VEP_10),
+    Requirement("PERSIST-005", "Data the guest writes to its device is read back after a "
+                "restart with the same device.", Source.VEP_10),
+    Requirement("PERSIST-006", "Whether an unpinned claim's device changed across a restart "
+                "is reported against what the profile promises.", Source.PROFILE, _O),
+    Requirement("PERSIST-007", "A stopped VM's device can be taken by another VM.",
+                Source.KEP_4381),
+    Requirement("PERSIST-008", "A VM pinned to a held device waits, and starts once the "
+                "device is released.", Source.KEP_4381),
+    Requirement("PERSIST-009", "A VM-owned persistent claim survives stop and keeps its "
+                "device.", Source.VEP_344, _O),
+    Requirement("MIXED-001", "A device-plugin VM and a DRA VM run side by side on one node.",
+                Source.DEVICE_PLUGIN),
+    Requirement("MIXED-002", "One VM gets a device-plugin and a DRA host device.",
+                Source.VEP_10),
+    Requirement("MIXED-003", "A VMI mixing DRA and device-plugin GPUs is rejected.",
+                Source.VEP_10),
+    Requirement("MIXED-004", "No PCI address is handed to two running VMs.", Source.VEP_10),
+    Requirement("MIXED-005", "An exhausted device-plugin pool does not block DRA VMs.",
+                Source.DEVICE_PLUGIN),
+    Requirement("MIXED-006", "An exhausted DRA pool does not block device-plugin VMs.",
+                Source.DEVICE_PLUGIN),
+    Requirement("INFO-001", "The launcher pod carries the VM's claims and its compute "
+                "container requests them.", Source.VEP_10),
+    Requirement("INFO-002", "KEP-5304 metadata sits at KubeVirt's path and names the "
+                "allocated pciBusID.", Source.KEP_5304),
+    Requirement("INFO-003", "The launcher has the device's /dev/vfio nodes.", Source.CDI),
+    Requirement("INFO-004", "A device-plugin VM's launcher gets PCI_RESOURCE_* naming its "
+                "device.", Source.DEVICE_PLUGIN),
+    Requirement("INFO-005", "The domain XML hostdev source is the allocated pciBusID.",
+                Source.VEP_10),
+    Requirement("INFO-006", "The guest lists the device, with the allocated serial.",
+                Source.VEP_10),
+    Requirement("INFO-007", "status.deviceStatus matches the allocation (KubeVirt 1.6/1.7).",
+                Source.VEP_10, _O),
+    Requirement("ADMIT-001", "Each VEP-10 rule violation is rejected naming the field.",
+                Source.VEP_10),
+    Requirement("ADMIT-002", "A claim on a missing DeviceClass leaves the VMI pending with "
+                "the reason.", Source.KEP_4381),
+    Requirement("ADMIT-003", "An unsatisfiable selector leaves the VMI pending with the "
+                "reason.", Source.KEP_4381),
+    Requirement("ADMIT-004", "Deleting a claim in use does not take the device from a "
+                "running VM.", Source.KEP_4381),
+    Requirement("ADMIT-005", "DRA host devices are rejected while the HostDevices gate is "
+                "off.", Source.VEP_10, _O),
+    Requirement("ADMIT-006", "The webhook accepts every valid VM shape with DRA devices.",
+                Source.VEP_10),
+    Requirement("LIFE-001", "Deleting a VM deallocates its claim; the device is reusable.",
+                Source.KEP_4381),
+    Requirement("LIFE-002", "Fast stop/start cycles leak no claim or reservation.",
+                Source.KEP_4381),
+    Requirement("POD-001", "The scheduler allocates a claim from the driver's slices.",
+                Source.KEP_4381),
+    Requirement("POD-002", "A template claim is owned by its pod and deleted with it.",
+                Source.KEP_4381),
+    Requirement("POD-003", "A pre-created claim outlives its pod and is deallocated when "
+                "unreserved.", Source.KEP_4381),
+    Requirement("POD-004", "A claim pinned by CEL gets the same device back.", Source.KEP_4381),
+    Requirement("POD-005", "CDI edits, device nodes and KEP-5304 metadata reach the "
+                "container.", Source.CDI),
+    Requirement("POD-006", "A prepared device is bound to vfio-pci and given back after the "
+                "pod.", Source.PROFILE, _O),
+    Requirement("POD-007", "A container given a function sees it in sysfs with its IOMMU "
+                "group.", Source.PROFILE, _O),
+    Requirement("SANITY-001", "ResourceSlices list each device once, in consistent pools.",
+                Source.KEP_4381),
+    Requirement("SANITY-002", "Every device carries the attributes the profile requires.",
+                Source.PROFILE),
+    Requirement("SANITY-003", "Prepare returns CDI ids that resolve in a parsable spec.",
+                Source.PLUGIN_API),
+    Requirement("SANITY-004", "The metadata file lists the allocated device.", Source.KEP_5304,
+                _O),
+    Requirement("SANITY-005", "Prepare twice gives the same answer.", Source.PLUGIN_API),
+    Requirement("SANITY-006", "Unprepare twice, and of an unknown claim, succeeds.",
+                Source.PLUGIN_API),
+    Requirement("SANITY-007", "A plugin restart keeps prepared claims.", Source.PLUGIN_API),
+    Requirement("SANITY-008", "No device is prepared for two claims under concurrent "
+                "requests.", Source.PROFILE, _O),
+    Requirement("CLUSTER-001", "A pod reaches the API server through the kubernetes "
+                "Service.", Source.KUBERNETES),
+    Requirement("CLUSTER-002", "A ClusterIP Service routes to a pod on another node.",
+                Source.KUBERNETES),
+    Requirement("CLUSTER-003", "A host-PID pod sees only its own node's processes.",
+                Source.KUBERNETES, _O),
+    Requirement("VM-001", "A VM boots and answers on its console.", Source.KUBEVIRT),
+    Requirement("VM-002", "A restart reboots the guest.", Source.KUBEVIRT),
+    Requirement("VM-003", "Stop and start bring the VM back.", Source.KUBEVIRT),
+    Requirement("VM-004", "Deleting a VM leaves nothing behind.", Source.KUBEVIRT),
+)
+BY_ID: dict[str, Requirement] = {r.id: r for r in REQUIREMENTS}
+
+
+def document(tests: dict[str, list[str]]) -> str:
+    """The reference document: every requirement with the tests that prove it."""
+    lines = ["# Conformance requirements", "",
+             "Generated by `python -m reports catalog` from `reports/catalog.py`; do not edit.",
+             "A required requirement may not skip under `--certify`.", "",
+             "| ID | requirement | source | level | tests |", "| --- | --- | --- | --- | --- |"]
+    for r in REQUIREMENTS:
+        proven_by = "<br>".join(f"`{t}`" for t in sorted(tests.get(r.id, [])))
+        lines.append(f"| {r.id} | {r.text} | {r.source.value} | {r.level.value} | {proven_by} |")
+    return "\n".join(lines) + "\n"
+
+
+def marked_tests(suites: Path) -> dict[str, list[str]]:
+    """Requirement ID -> the tests that name it (``file::test``), read from the suites'
+    source, so that no cluster and no collection is needed."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(suites.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef) or not node.name.startswith("test_"):
+                continue
+            for decorator in node.decorator_list:
+                if (isinstance(decorator, ast.Call)
+                        and isinstance(decorator.func, ast.Attribute)
+                        and decorator.func.attr == "requirement"):
+                    for arg in decorator.args:
+                        assert isinstance(arg, ast.Constant), f"{path}:{node.name}"
+                        found.setdefault(str(arg.value), []).append(
+                            f"{path.name}::{node.name}")
+    return found
+
+
+def untested_and_unknown(suites: Path) -> tuple[list[str], list[str], list[str]]:
+    """Requirements no test proves, IDs tests name that the catalog lacks, and tests that
+    name no requirement."""
+    marked = marked_tests(suites)
+    untested = [r.id for r in REQUIREMENTS if r.id not in marked]
+    unknown = sorted(set(marked) - set(BY_ID))
+    named = {t for tests in marked.values() for t in tests}
+    unmarked = []
+    for path in sorted(suites.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_") \
+                    and f"{path.name}::{node.name}" not in named:
+                unmarked.append(f"{path.name}::{node.name}")
+    return untested, unknown, unmarked

@@ -1,0 +1,158 @@
+"""Results per requirement, the certification bundle and its verification, and the
+refusal of an uncertifiable cluster before the first test."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from fixtures import certification
+from fixtures.plugin import SESSION_KEY
+from kubevirtci.capabilities import Capabilities, Capability
+from reports import bundle
+from reports.catalog import REQUIREMENTS
+from reports.results import NOT_RUN, catalog_key, certification_failures, fold, outcome
+
+EMULATED = "NVMe controllers are EMULATED"
+
+
+def passing_outcomes():
+    return {f"suites/{t}": "passed" for r in REQUIREMENTS for t in [f"test_{r.id}.py::t"]}
+
+
+def requirement_tests():
+    return {r.id: [f"test_{r.id}.py::t"] for r in REQUIREMENTS}
+
+
+def test_a_requirement_takes_the_worst_outcome_of_its_tests():
+    outcomes = {"suites/test_a.py::t[1]": "passed", "suites/test_a.py::t[2]": "skipped",
+                "suites/test_b.py::u": "xfailed"}
+    results = fold(outcomes, {"PERSIST-001": ["test_a.py::t"], "PERSIST-006": ["test_b.py::u"]})
+    assert results["PERSIST-001"]["status"] == "skipped"
+    assert results["PERSIST-006"]["status"] == "xfailed"
+    assert results["MIXED-001"]["status"] == NOT_RUN
+    assert catalog_key("suites/test_a.py::t[1]") == "test_a.py::t"
+
+
+def test_only_required_requirements_that_did_not_pass_fail_certification():
+    results = fold({"suites/test_a.py::t": "skipped", "suites/test_b.py::u": "skipped"},
+                   {"PERSIST-001": ["test_a.py::t"], "PERSIST-009": ["test_b.py::u"]})
+    failures = certification_failures(results)
+    assert "PERSIST-001: skipped" in failures
+    assert not any(f.startswith("PERSIST-009") for f in failures)  # optional
+
+
+def test_phase_reports_give_the_test_outcome():
+    xfail = SimpleNamespace(wasxfail="no promise", skipped=True, failed=False, when="call")
+    assert outcome(xfail) == "xfailed"
+    setup_ok = SimpleNamespace(skipped=False, failed=False, when="setup")
+    assert outcome(setup_ok) is None
+
+
+def make_bundle(tmp_path, emulated=(EMULATED,)):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<testsuites><testsuite name="pytest"><properties>'
+                     '<property name="kubernetes_version" value="v1.37.2"/>'
+                     '<property name="driver" value="nvme.dra"/></properties></testsuite>'
+                     '</testsuites>')
+    failures = tmp_path / "failures" / "test_x"
+    failures.mkdir(parents=True)
+    (failures / "events.txt").write_text("no events")
+    facts = {"kubernetes_version": "v1.37.2", "driver": "nvme.dra", "emulated": list(emulated)}
+    results = fold(passing_outcomes(), requirement_tests())
+    return bundle.write(tmp_path / "bundle", {bundle.JUNIT: junit, "report.html": None},
+                        facts, results, tmp_path / "failures")
+
+
+def test_a_bundle_from_a_passing_run_verifies_and_says_it_was_emulated(tmp_path):
+    path = make_bundle(tmp_path)
+    assert (path / "failures" / "test_x" / "events.txt").is_file()
+    problems, notes = bundle.verify(path)
+    assert problems == []
+    assert notes == [f"{bundle.NOT_FOR_HARDWARE} ({EMULATED})"]
+    assert bundle.verify(make_bundle(tmp_path / "real", emulated=()))[1] == []
+
+
+def test_a_flipped_result_is_rejected(tmp_path):
+    path = make_bundle(tmp_path)
+    results = json.loads((path / bundle.RESULTS).read_text())
+    results["PERSIST-001"]["status"] = "failed"
+    (path / bundle.RESULTS).write_text(json.dumps(results))
+    assert bundle.verify(path)[0] == [f"edited after the run: {bundle.RESULTS}"]
+
+
+def test_an_edited_and_a_missing_file_are_rejected(tmp_path):
+    path = make_bundle(tmp_path)
+    (path / "failures" / "test_x" / "events.txt").write_text("nothing to see")
+    (path / bundle.JUNIT).unlink()
+    (path / "extra.txt").write_text("added later")
+    problems, _ = bundle.verify(path)
+    assert problems == [f"missing file: {bundle.JUNIT}", "file not in SHA256SUMS: extra.txt",
+                        "edited after the run: failures/test_x/events.txt"]
+
+
+def test_a_failed_required_requirement_and_inconsistent_versions_are_named(tmp_path):
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<testsuite><properties><property name="kubernetes_version" '
+                     'value="v1.36.0"/></properties></testsuite>')
+    outcomes = passing_outcomes() | {"suites/test_PERSIST-004.py::t": "failed"}
+    path = bundle.write(tmp_path / "b", {bundle.JUNIT: junit},
+                        {"kubernetes_version": "v1.37.2"},
+                        fold(outcomes, requirement_tests()), None)
+    problems, _ = bundle.verify(path)
+    assert problems == ["required requirement PERSIST-004: failed",
+                        "versions inconsistent: kubernetes_version is 'v1.37.2' in facts.json, "
+                        "'v1.36.0' in junit.xml"]
+
+
+def test_not_a_bundle(tmp_path):
+    assert bundle.verify(tmp_path) == (["SHA256SUMS is missing: not a bundle"], [])
+
+
+class Item:
+    def __init__(self, requirement, *caps):
+        self.marks = {"requirement": [SimpleNamespace(args=[requirement])],
+                      "requires": [SimpleNamespace(args=[c.value for c in caps])]}
+
+    def iter_markers(self, name):
+        return iter(self.marks.get(name, []))
+
+
+def loop_session(certify, *items):
+    caps = Capabilities()
+    caps.deny(Capability.RUNNING_VMS, "virt-handler is not ready")
+    cluster = SimpleNamespace(options=SimpleNamespace(certify=certify), error=None,
+                              capabilities=caps)
+    config = SimpleNamespace(stash={SESSION_KEY: cluster})
+    return SimpleNamespace(config=config, items=list(items))
+
+
+def test_certify_refuses_before_the_first_test_naming_what_is_missing():
+    session = loop_session(True, Item("VM-001", Capability.RUNNING_VMS),
+                           Item("PERSIST-009", Capability.RUNNING_VMS))
+    with pytest.raises(pytest.exit.Exception) as refused:
+        certification.pytest_runtestloop(session)
+    message = str(refused.value)
+    assert "running-vms: virt-handler is not ready (needed by VM-001)" in message
+    assert "PERSIST-009" not in message  # optional: may skip
+
+
+def test_without_certify_or_with_everything_present_the_run_goes_on():
+    certification.pytest_runtestloop(loop_session(False, Item("VM-001", Capability.RUNNING_VMS)))
+    certification.pytest_runtestloop(loop_session(True, Item("VM-001")))
+
+
+def test_verify_from_the_command_line(tmp_path):
+    import subprocess
+    import sys
+    path = make_bundle(tmp_path)
+    ok = subprocess.run([sys.executable, "-m", "reports", "verify", str(path)],
+                        capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+    assert ok.returncode == 0, ok.stderr
+    assert "bundle verified" in ok.stdout and bundle.NOT_FOR_HARDWARE in ok.stdout
+    (path / bundle.FACTS).write_text("{}")
+    bad = subprocess.run([sys.executable, "-m", "reports", "verify", str(path)],
+                         capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+    assert bad.returncode == 1 and "edited after the run: facts.json" in bad.stdout
