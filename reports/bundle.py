@@ -28,8 +28,10 @@ def _digest(path: Path) -> str:
 
 def write(bundle: Path, files: Mapping[str, Path | None], facts: Mapping[str, object],
           results: Mapping[str, object], failures: Path | None) -> Path:
-    """Assemble ``bundle`` from the run's outputs (absent ones are left out) and seal it."""
-    bundle.mkdir(parents=True, exist_ok=True)
+    """Assemble ``bundle`` from the run's outputs (absent ones are left out) and seal it.
+    Whatever an earlier run left in the folder goes first."""
+    shutil.rmtree(bundle, ignore_errors=True)
+    bundle.mkdir(parents=True)
     for name, source in files.items():
         if source is not None and source.is_file():
             shutil.copyfile(source, bundle / name)
@@ -70,6 +72,9 @@ def verify(bundle: Path) -> tuple[list[str], list[str]]:
     for name in sorted(set(listed) & present):
         if _digest(bundle / name) != listed[name]:
             problems.append(f"edited after the run: {name}")
+    for required in (FACTS, RESULTS):
+        if required not in listed:
+            problems.append(f"missing file: {required}")
     if problems:
         return problems, []
     facts = json.loads((bundle / FACTS).read_text())

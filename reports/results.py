@@ -23,8 +23,10 @@ def catalog_key(nodeid: str) -> str:
 def outcome(report: pytest.TestReport) -> str | None:
     """The test's outcome from one of its phase reports, or None for a passed phase that
     does not decide it (setup and teardown)."""
-    if hasattr(report, "wasxfail"):
-        return "xfailed" if report.skipped else "failed"  # an xpass under strict fails
+    if hasattr(report, "wasxfail"):  # an expected failure, or a non-strict xpass
+        if report.skipped:
+            return "xfailed"
+        return "failed" if report.failed else "passed"
     if report.failed:
         return "failed"
     if report.skipped:

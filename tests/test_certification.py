@@ -58,7 +58,7 @@ def make_bundle(tmp_path, emulated=(EMULATED,)):
                      '<property name="driver" value="nvme.dra"/></properties></testsuite>'
                      '</testsuites>')
     failures = tmp_path / "failures" / "test_x"
-    failures.mkdir(parents=True)
+    failures.mkdir(parents=True, exist_ok=True)
     (failures / "events.txt").write_text("no events")
     facts = {"kubernetes_version": "v1.37.2", "driver": "nvme.dra", "emulated": list(emulated)}
     results = fold(passing_outcomes(), requirement_tests())
@@ -156,3 +156,28 @@ def test_verify_from_the_command_line(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "reports", "verify", str(path)],
                          capture_output=True, text=True, cwd=Path(__file__).parent.parent)
     assert bad.returncode == 1 and "edited after the run: facts.json" in bad.stdout
+
+
+def test_a_worker_stops_instead_of_exiting():
+    session = loop_session(True, Item("VM-001", Capability.RUNNING_VMS))
+    session.config.workerinput = {}
+    session.shouldstop = False
+    assert certification.pytest_runtestloop(session) is True
+    assert "needed by VM-001" in session.shouldstop
+
+
+def test_a_bundle_folder_reused_by_a_later_run_holds_only_that_run(tmp_path):
+    path = make_bundle(tmp_path)
+    (path / "stale.txt").write_text("from an earlier run")
+    path = make_bundle(tmp_path)
+    assert not (path / "stale.txt").exists()
+    assert bundle.verify(path)[0] == []
+
+
+def test_a_bundle_without_its_facts_is_rejected_not_crashed(tmp_path):
+    path = make_bundle(tmp_path)
+    (path / bundle.FACTS).unlink()
+    sums = path / bundle.SUMS
+    sums.write_text("".join(line + "\n" for line in sums.read_text().splitlines()
+                            if not line.endswith(bundle.FACTS)))
+    assert bundle.verify(path)[0] == [f"missing file: {bundle.FACTS}"]
