@@ -113,7 +113,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement("SANITY-001", "ResourceSlices list each device once, in consistent pools.",
                 Source.KEP_4381),
     Requirement("SANITY-002", "Every device carries the attributes the profile requires.",
-                Source.PROFILE),
+                Source.PROFILE, _O),
     Requirement("SANITY-003", "Prepare returns CDI ids that resolve in a parsable spec.",
                 Source.PLUGIN_API),
     Requirement("SANITY-004", "The metadata file lists the allocated device.", Source.KEP_5304,

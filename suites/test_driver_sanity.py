@@ -50,6 +50,8 @@ def test_resource_slices_have_unique_devices_and_consistent_pools(kube, profile)
 
 @markers.requirement("SANITY-002")
 def test_resource_slices_carry_the_profile_required_attributes(kube, profile):
+    if not profile.required_attributes:
+        pytest.skip(f"profile {profile.name} requires no attributes: nothing to check")
     for s in _driver_slices(kube, profile):
         for device in s["spec"].get("devices") or []:
             names = {qualified(k, profile.driver) for k in (device.get("attributes") or {})}
@@ -216,8 +218,20 @@ def test_plugin_restart_keeps_prepared_claims(kube, plugin, prepared, profile, d
         )
 
     waits.poll(restarted_and_ready, Timeout.PLUGIN_RESTART, "a new, ready plugin pod")
-    again = plugin.call("prepare", claim)["claims"][claim["metadata"]["uid"]]
-    assert again == first, "a restarted plugin must answer from its checkpoint"
+    answers: list[dict] = []
+
+    def answered() -> bool:
+        """A driver without a readiness probe is Ready before its socket serves."""
+        try:
+            answers.append(plugin.call("prepare", claim)["claims"][claim["metadata"]["uid"]])
+        except (AssertionError, RuntimeError):  # the node command failed: not serving yet
+            return False
+        return True
+
+    waits.poll(answered, Timeout.PLUGIN_RESTART, "the restarted plugin to serve its socket")
+    # The kubelet plugin API asks prepare to be idempotent across restarts; whether the
+    # driver keeps a checkpoint or works the answer out again is its own business.
+    assert answers[-1] == first, "a restarted plugin must give the same answer"
 
 
 @needs_socket
