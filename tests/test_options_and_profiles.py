@@ -67,7 +67,7 @@ def test_broken_yaml_profile_names_the_problem(tmp_path):
 
 @pytest.mark.parametrize(("data", "message"), [
     ([], "not a mapping"),
-    ({"driver": "d"}, "lacks 'deviceClass'"),
+    ({"driver": "d"}, "'deviceClass' is missing"),
     ({"driver": "d", "deviceClass": "c", "deviceKind": "nic", "pciVendorDevice": "1:2",
       "identityAttribute": "d/serial"}, "deviceKind 'nic'"),
     ({"driver": "d", "deviceClass": "c", "deviceKind": "gpu", "pciVendorDevice": "1:2",
@@ -104,3 +104,18 @@ def test_exclusive_prepare_promise_takes_yaml_booleans(given, expected, tmp_path
                "identityAttribute": "d/uuid", "promises": promises}, tmp_path / "p.yaml")
     assert p.exclusive_prepare == expected
     assert load("reference-nvme").exclusive_prepare == "yes"
+
+
+def test_every_bad_field_is_named_in_one_error_before_any_cluster_work(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("driver: 12\ndeviceClass: c\ndeviceKind: gpu\nidentityAttribute: u\n"
+                    "requiredAtributes: [a]\npromises: {deviceMetadata: maybe}\n"
+                    "install: {manifests: [deploy/ds.yaml]}\n")
+    with pytest.raises(SuiteUsageError) as err:
+        load(str(path))
+    message = str(err.value)
+    assert "driver must be a str, not 12" in message
+    assert "unknown field 'requiredAtributes' (did you mean requiredAttributes?)" in message
+    assert "promises.deviceMetadata must be a bool, not 'maybe'" in message
+    assert f"deploy/ds.yaml is not a file (paths are relative to the profile's folder, " \
+           f"{tmp_path.resolve()})" in message
