@@ -57,7 +57,8 @@ class KubevirtciSettings:
 
 class KubevirtciProvider(Provider):
     name = "kubevirtci"
-    emulated = ("NVMe controllers are QEMU-emulated (1b36:0010) inside kubevirtci nodes",)
+    emulated_devices = (
+        "NVMe controllers are QEMU-emulated (1b36:0010) inside kubevirtci nodes",)
 
     def __init__(
         self, settings: KubevirtciSettings, runner: CommandRunner,

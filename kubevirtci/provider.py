@@ -10,6 +10,9 @@ from typing import Any
 from core.profile import GuestImage
 from kubevirtci.capabilities import Capabilities
 
+# The PCI vendor:device of the NVMe controllers that kubevirtci's --nvme and the hermetic
+# cluster's emulation give nodes (QEMU's NVMe controller).
+EMULATED_NVME_ID = "1b36:0010"
 # The controller every node sets aside for KubeVirt's PCI device plugin: the second
 # --nvme controller (kubevirtci) or emulated controller (local).
 DEVICE_PLUGIN_SERIAL = "nvme-1"
@@ -57,6 +60,14 @@ class Provider(ABC):
     # Parts of the cluster that stand in for hardware this host lacks; printed in every
     # report header. Empty on providers with real hardware.
     emulated: tuple[str, ...] = ()
+    # Parts that only a run whose devices are the emulated NVMe controllers uses.
+    emulated_devices: tuple[str, ...] = ()
+
+    def emulated_parts(self, pci_vendor_device: str | None) -> tuple[str, ...]:
+        """What a run of a profile with these devices uses that is emulated: the device
+        notes only when the profile's devices are the emulated controllers."""
+        devices = self.emulated_devices if pci_vendor_device == EMULATED_NVME_ID else ()
+        return (*devices, *self.emulated)
     installs: bool = True  # the suite installs the profile's driver (and KubeVirt)
     installs_kubevirt: bool = True
 

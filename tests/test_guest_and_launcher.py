@@ -202,3 +202,13 @@ def test_a_failed_vm_test_keeps_libvirts_domain_log_and_its_nodes_virt_handler_l
     assert out["libvirt-vm.log"] == "cat /var/run/kubevirt-private/libvirt/qemu/log/ns_vm.log"
     assert out["virt-handler-node01.txt"] == "log of kubevirt/virt-handler-node01/virt-handler"
     assert out["domain-vm.xml"] == "virsh dumpxml ns_vm"
+
+
+def test_without_kubevirt_no_vm_kinds_are_captured():
+    class PodKube(_VMKube):
+        def list(self, kind, namespace=None, label_selector=None):
+            assert kind not in ("VirtualMachine", "VirtualMachineInstance"), kind
+            return []
+
+    out = artifacts.collect(PodKube(), "ns", None, kubevirt=False)
+    assert "Pod.yaml" in out and "VirtualMachine.yaml" not in out

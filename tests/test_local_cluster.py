@@ -64,15 +64,20 @@ def test_local_provider_declares_what_it_emulates_and_lacks(tmp_path):
     assert caps.has(Capability.NODE_ACCESS) and caps.has(Capability.DRIVER_PLUGIN_SOCKET)
     assert "emulated" in caps.reason_missing(Capability.VFIO)
     assert caps.has(Capability.HOST_DEVICE_VMS)  # through the EMULATED VFIO hop
-    assert any("VFIO hop is EMULATED" in note for note in provider.emulated)
+    nvme = provider.emulated_parts("1b36:0010")
+    assert any("VFIO hop is EMULATED" in note for note in nvme)
     assert Capability.RUNNING_VMS not in caps.missing  # discovered: KubeVirt Available
     assert caps.has(Capability.GUEST_ACCESS)
     older = LocalProvider(tmp_path, kubevirt_version="v1.8.4").declared_capabilities()
     assert older.has(Capability.GUEST_ACCESS) and Capability.RUNNING_VMS not in older.missing
     assert Capability.KUBEVIRT not in caps.missing  # discovered from the cluster
-    assert any("EMULATED" in note for note in provider.emulated)
-    assert any("TCG" in note for note in provider.emulated)
-    assert any("STAND-IN" in note for note in provider.emulated)
+    assert any("TCG" in note for note in nvme)
+    assert any("STAND-IN" in note for note in nvme)
+    # A run of another driver's devices uses neither the NVMe tree nor the VFIO hop.
+    gpu = provider.emulated_parts("10de:2236")
+    assert not any("NVMe" in note or "VFIO" in note for note in gpu)
+    assert any("TCG" in note for note in gpu)
+    assert LocalProvider(tmp_path).emulated_parts(None) == ()
     config = provider.kubevirt_configuration("v1.9.0")
     assert config["developerConfiguration"]["useEmulation"] is True
     assert config["virtTemplateDeployment"] == {"enabled": False}

@@ -41,7 +41,7 @@ TCG_NOTE = ("KubeVirt runs QEMU with TCG (developerConfiguration.useEmulation): 
 
 class LocalProvider(Provider):
     name = "local"
-    emulated = (EMULATION_NOTE,)
+    emulated_devices = (EMULATION_NOTE,)
 
     def __init__(self, artifacts_dir: Path, keep_cluster: bool = False,
                  cluster: LocalCluster | None = None, kubevirt_version: str | None = None
@@ -54,8 +54,8 @@ class LocalProvider(Provider):
         self.installs_kubevirt = kubevirt_version is not None
         self.kubevirt_version = kubevirt_version
         if kubevirt_version is not None:
-            self.emulated = (EMULATION_NOTE, VFIO_HOP_NOTE, TCG_NOTE,
-                             *local_kubevirt.build_notes(kubevirt_version))
+            self.emulated_devices = (EMULATION_NOTE, VFIO_HOP_NOTE)
+            self.emulated = (TCG_NOTE, *local_kubevirt.build_notes(kubevirt_version))
 
     def up(self) -> None:
         self.started_here = not self.cluster.running()
