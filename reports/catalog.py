@@ -114,8 +114,8 @@ REQUIREMENTS: tuple[Requirement, ...] = (
                 Source.KEP_4381),
     Requirement("SANITY-002", "Every device carries the attributes the profile requires.",
                 Source.PROFILE, _O),
-    Requirement("SANITY-003", "Prepare returns CDI ids that resolve in a parsable spec.",
-                Source.PLUGIN_API),
+    Requirement("SANITY-003", "The CDI ids prepare returns, if any, resolve in a parsable "
+                "spec.", Source.PLUGIN_API, _O),
     Requirement("SANITY-004", "The metadata file lists the allocated device.", Source.KEP_5304,
                 _O),
     Requirement("SANITY-005", "Prepare twice gives the same answer.", Source.PLUGIN_API),
