@@ -124,7 +124,7 @@ def loop_session(certify, *items):
     caps = Capabilities()
     caps.deny(Capability.RUNNING_VMS, "virt-handler is not ready")
     cluster = SimpleNamespace(options=SimpleNamespace(certify=certify), error=None,
-                              capabilities=caps)
+                              capabilities=caps, provider=SimpleNamespace(installs=False))
     config = SimpleNamespace(stash={SESSION_KEY: cluster})
     return SimpleNamespace(config=config, items=list(items))
 
@@ -181,3 +181,9 @@ def test_a_bundle_without_its_facts_is_rejected_not_crashed(tmp_path):
     sums.write_text("".join(line + "\n" for line in sums.read_text().splitlines()
                             if not line.endswith(bundle.FACTS)))
     assert bundle.verify(path)[0] == [f"missing file: {bundle.FACTS}"]
+
+
+def test_a_provider_that_installs_is_judged_after_its_install_not_before():
+    session = loop_session(True, Item("VM-001", Capability.RUNNING_VMS))
+    session.config.stash[SESSION_KEY].provider.installs = True
+    assert certification.pytest_runtestloop(session) is None
