@@ -150,36 +150,44 @@ def document(tests: dict[str, list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def marked_tests(suites: Path) -> dict[str, list[str]]:
-    """Requirement ID -> the tests that name it (``file::test``), read from the suites'
-    source, so that no cluster and no collection is needed."""
-    found: dict[str, list[str]] = {}
+def _suite_tests(suites: Path) -> dict[str, list[str]]:
+    """Every conformance test (``file::test``) -> the requirement IDs it names, read from
+    the suites' source, so that no cluster and no collection is needed."""
+    tests: dict[str, list[str]] = {}
     for path in sorted(suites.glob("test_*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.FunctionDef) or not node.name.startswith("test_"):
                 continue
+            ids = tests.setdefault(f"{path.name}::{node.name}", [])
             for decorator in node.decorator_list:
                 if (isinstance(decorator, ast.Call)
                         and isinstance(decorator.func, ast.Attribute)
                         and decorator.func.attr == "requirement"):
                     for arg in decorator.args:
                         assert isinstance(arg, ast.Constant), f"{path}:{node.name}"
-                        found.setdefault(str(arg.value), []).append(
-                            f"{path.name}::{node.name}")
+                        ids.append(str(arg.value))
+    return tests
+
+
+def _by_requirement(tests: dict[str, list[str]]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for test, ids in tests.items():
+        for rid in ids:
+            found.setdefault(rid, []).append(test)
     return found
+
+
+def marked_tests(suites: Path) -> dict[str, list[str]]:
+    """Requirement ID -> the tests that name it (``file::test``)."""
+    return _by_requirement(_suite_tests(suites))
 
 
 def untested_and_unknown(suites: Path) -> tuple[list[str], list[str], list[str]]:
     """Requirements no test proves, IDs tests name that the catalog lacks, and tests that
     name no requirement."""
-    marked = marked_tests(suites)
+    tests = _suite_tests(suites)
+    marked = _by_requirement(tests)
     untested = [r.id for r in REQUIREMENTS if r.id not in marked]
     unknown = sorted(set(marked) - set(BY_ID))
-    named = {t for tests in marked.values() for t in tests}
-    unmarked = []
-    for path in sorted(suites.glob("test_*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_") \
-                    and f"{path.name}::{node.name}" not in named:
-                unmarked.append(f"{path.name}::{node.name}")
+    unmarked = [test for test, ids in tests.items() if not ids]
     return untested, unknown, unmarked
