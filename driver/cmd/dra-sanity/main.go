@@ -36,6 +36,10 @@ func main() {
 		resolve(os.Args[2:])
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "metadata" {
+		metadataCommand(os.Args[2:])
+		return
+	}
 	socket := flag.String("socket", "", "the plugin's DRA socket (default: as registered)")
 	driver := flag.String("driver", "", "find the socket of this driver's registered plugin")
 	registry := flag.String("registry", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registry")
@@ -45,7 +49,8 @@ func main() {
 	if (*socket == "") == (*driver == "") || flag.NArg() < 2 {
 		fmt.Fprintln(os.Stderr, "usage: dra-sanity --socket PATH|--driver NAME [--registry DIR] "+
 			"prepare|unprepare NS/NAME/UID...\n"+
-			"       dra-sanity resolve --cdi-dir DIR[,DIR] CDI-ID...")
+			"       dra-sanity resolve --cdi-dir DIR[,DIR] CDI-ID...\n"+
+			"       dra-sanity metadata FILE...")
 		os.Exit(2)
 	}
 	claims, err := parseClaims(flag.Args()[1:])

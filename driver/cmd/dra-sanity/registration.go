@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
@@ -29,9 +31,16 @@ func endpointFromRegistry(dir, driver string, timeout time.Duration) (string, er
 		if err != nil {
 			continue // a stale socket of a plugin that is gone, as the kubelet skips it
 		}
-		if info.Type == registerapi.DRAPlugin && info.Name == driver {
-			return info.Endpoint, nil
+		if info.Type != registerapi.DRAPlugin || info.Name != driver {
+			continue
 		}
+		// As the kubelet does: talk to the plugin only in a service it says it serves.
+		if !slices.Contains(info.SupportedVersions, drapb.DRAPluginService) {
+			return "", fmt.Errorf("DRA plugin %q registered at %s serves %v, not %s, which "+
+				"this client (and a kubelet of 1.34 or later) speaks", driver, socket,
+				info.SupportedVersions, drapb.DRAPluginService)
+		}
+		return info.Endpoint, nil
 	}
 	return "", fmt.Errorf("no DRA plugin %q registered in %s (%d registration sockets)",
 		driver, dir, len(sockets))

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -39,7 +40,7 @@ type flags struct {
 	driverName, nodeName, kubeconfig              string
 	sysfsRoot, devRoot, cdiDir, hostProc          string
 	kubeletDir, pluginDir, registrarDir, stateDir string
-	readyAddr, probe                              string
+	readyAddr, probe, podUID                      string
 	numaList                                      bool
 	rescanInterval, bindSettle, healthInterval    time.Duration
 }
@@ -49,6 +50,8 @@ func parseFlags() flags {
 	flag.StringVar(&f.driverName, "driver-name", defaultDriverName, "DRA driver name")
 	flag.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "node this plugin serves")
 	flag.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig (in-cluster config when empty)")
+	flag.StringVar(&f.podUID, "pod-uid", os.Getenv("POD_UID"),
+		"this pod's UID (downward API metadata.uid): sockets named per pod, so a rolling update can overlap")
 	flag.StringVar(&f.sysfsRoot, "sysfs-root", "/sys", "sysfs root (an emulated tree in tests)")
 	flag.StringVar(&f.devRoot, "dev-root", "/dev", "host /dev as the runtime sees it (for CDI host paths)")
 	flag.StringVar(&f.cdiDir, "cdi-dir", "/var/run/cdi", "CDI spec directory")
@@ -158,7 +161,7 @@ func run(f flags) error {
 	if err != nil {
 		return err
 	}
-	helper, err := kubeletplugin.Start(ctx, drv,
+	options := []kubeletplugin.Option{
 		kubeletplugin.KubeClient(client),
 		kubeletplugin.NodeName(f.nodeName),
 		kubeletplugin.DriverName(f.driverName),
@@ -168,7 +171,11 @@ func run(f flags) error {
 		kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{
 			metadatav1beta1.SchemeGroupVersion, metadatav1alpha1.SchemeGroupVersion,
 		}),
-	)
+	}
+	if f.podUID != "" {
+		options = append(options, kubeletplugin.RollingUpdate(types.UID(f.podUID)))
+	}
+	helper, err := kubeletplugin.Start(ctx, drv, options...)
 	if err != nil {
 		return fmt.Errorf("starting kubelet plugin: %w", err)
 	}
