@@ -2,6 +2,7 @@
 
 pytest_plugins = [
     "fixtures.plugin",
+    "fixtures.sanity",
     "fixtures.certification",
     "reports.junit",
     "reports.html",

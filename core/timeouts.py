@@ -19,6 +19,7 @@ class Timeout(Enum):
     CLAIM_DELETED = ("a claim is gone", 120)
     CLAIM_UNPREPARED = ("the kubelet plugin unprepares a claim", 60)
     DEVICE_RELEASED = ("the driver gives a device back to its original driver", 60)
+    NODE_CLIENT = ("a node-side client pod runs to its end", 120)
     SERVICE_ROUTED = ("a Service routes to its pods", 60)
     # KubeVirt VMs
     VMI_RUNNING = ("a VMI runs", 300)

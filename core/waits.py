@@ -102,6 +102,7 @@ def summary(obj: Obj) -> str:
 # Container states a pod does not leave by itself: the kubelet only retries with backoff.
 FATAL_WAITING_REASONS = frozenset({
     "CrashLoopBackOff", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+    "ErrImageNeverPull",
 })
 # KubeVirt's printableStatus values for a VM whose launcher cannot run.
 FATAL_VM_STATUSES = frozenset({
@@ -144,6 +145,16 @@ def pod_running(obj: Obj) -> Verdict:
         return True
     if phase in ("Failed", "Succeeded"):
         return Stop(f"pod {phase} ({status.get('reason', '')} {status.get('message', '')})")
+    failure = container_failure(obj)
+    return Stop(failure) if failure else False
+
+
+def pod_finished(obj: Obj) -> Verdict:
+    """A pod of run-once containers (restartPolicy Never) has ended, either way."""
+    if obj is None:
+        return False
+    if (obj.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
+        return True
     failure = container_failure(obj)
     return Stop(failure) if failure else False
 

@@ -25,9 +25,10 @@ class ExistingProvider(Provider):
 
     def declared_capabilities(self) -> Capabilities:
         caps = Capabilities()
-        reason = "provider 'existing' has no node shell; use kubevirtci or local"
-        caps.deny(Capability.NODE_ACCESS, reason)
-        caps.deny(Capability.DRIVER_PLUGIN_SOCKET, reason)
+        caps.deny(Capability.NODE_ACCESS,
+                  "provider 'existing' has no node shell; use kubevirtci or local")
+        # Reached from a short-lived client pod on the node (fixtures/node_client.py).
+        caps.grant(Capability.DRIVER_PLUGIN_SOCKET)
         caps.grant(Capability.GUEST_ACCESS)
         caps.grant(Capability.VFIO)  # a real cluster's hostdevs are real; KubeVirt checks them
         caps.grant(Capability.HOST_DEVICE_VMS)

@@ -161,12 +161,12 @@ class KubevirtciProvider(Provider):
 
     def load_images(self, images: list[str]) -> None:
         """Build each image as an OCI archive here and push it to the cluster registry."""
-        from kubevirtci.local.cluster import build_driver_archive
+        from kubevirtci.local.cluster import build_known_archive
 
         port = self.registry_port()
         for image in images:
             archive = CACHE_ROOT / "images" / (image.replace("/", "_").replace(":", "_") + ".tar")
-            build_driver_archive(image, archive)
+            build_known_archive(image, archive)
             check(self.runner.run(self.push_command(archive, image, port), label="push"),
                   "install skopeo (apt-get install skopeo)")
 

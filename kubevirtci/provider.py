@@ -13,6 +13,9 @@ from kubevirtci.capabilities import Capabilities
 # The PCI vendor:device of the NVMe controllers that kubevirtci's --nvme and the hermetic
 # cluster's emulation give nodes (QEMU's NVMe controller).
 EMULATED_NVME_ID = "1b36:0010"
+# The driver sanity suite's node-side client (driver/cmd/dra-sanity), built here; it runs
+# in short-lived pods on the node whose plugin it drives.
+SANITY_CLIENT_IMAGE = "localhost/kdc/dra-sanity:dev"
 # The controller every node sets aside for KubeVirt's PCI device plugin: the second
 # --nvme controller (kubevirtci) or emulated controller (local).
 DEVICE_PLUGIN_SERIAL = "nvme-1"

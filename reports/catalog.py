@@ -116,14 +116,28 @@ REQUIREMENTS: tuple[Requirement, ...] = (
                 Source.PROFILE, _O),
     Requirement("SANITY-003", "The CDI ids prepare returns, if any, resolve in a parsable "
                 "spec.", Source.PLUGIN_API, _O),
-    Requirement("SANITY-004", "The metadata file lists the allocated device.", Source.KEP_5304,
-                _O),
+    Requirement("SANITY-004", "The metadata file decodes with the upstream decoder, is "
+                "valid and lists the allocated device.", Source.KEP_5304, _O),
     Requirement("SANITY-005", "Prepare twice gives the same answer.", Source.PLUGIN_API),
     Requirement("SANITY-006", "Unprepare twice, and of an unknown claim, succeeds.",
                 Source.PLUGIN_API),
     Requirement("SANITY-007", "A plugin restart keeps prepared claims.", Source.PLUGIN_API),
     Requirement("SANITY-008", "No device is prepared for two claims under concurrent "
                 "requests.", Source.PROFILE, _O),
+    Requirement("SANITY-009", "The KubeVirt releases that read KEP-5304 metadata can read "
+                "the driver's file (it holds a valid object of a version they decode).",
+                Source.KEP_5304, _O),
+    Requirement("SANITY-010", "A device allocated for a firstAvailable subrequest is "
+                "answered and its metadata filed under the base request name.",
+                Source.KEP_5304, _O),
+    Requirement("SANITY-011", "Prepare of an unallocated claim, or of a claim whose UID does "
+                "not match, is an error and prepares nothing.", Source.PLUGIN_API),
+    Requirement("SANITY-012", "A claim with results only for another driver gets no devices "
+                "and prepares nothing.", Source.PLUGIN_API),
+    Requirement("SANITY-013", "A claim allocated to another node's pool is refused.",
+                Source.PROFILE, _O),
+    Requirement("SANITY-014", "Several claims in one call are answered one by one; a refused "
+                "claim among them prepares nothing.", Source.PLUGIN_API),
     Requirement("CLUSTER-001", "A pod reaches the API server through the kubernetes "
                 "Service.", Source.KUBERNETES),
     Requirement("CLUSTER-002", "A ClusterIP Service routes to a pod on another node.",

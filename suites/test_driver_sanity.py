@@ -1,14 +1,10 @@
 """Driver sanity, in the spirit of csi-sanity: any DRA driver, checked through its
-ResourceSlices and, as the kubelet would call it, its plugin socket.
-
-Claims are allocated here by writing ``status.allocation`` as the scheduler does, so the
-plugin can be driven without a pod, including into states a scheduler never creates
-(one device allocated to two claims)."""
+ResourceSlices and, as the kubelet would call it, its plugin socket (fixtures/sanity.py).
+Each check cites the contract it checks; a driver's own rules are checked only where its
+profile promises them. The negative cases are in test_driver_sanity_negative.py."""
 
 from __future__ import annotations
 
-import json
-import uuid
 from collections import Counter, defaultdict
 
 import pytest
@@ -16,16 +12,18 @@ import pytest
 from core import waits
 from core.timeouts import Timeout
 from fixtures import markers
-from fixtures.claims import REQUEST, FreeDevice, pick_free_device, plain_claim
+from fixtures.builders.resourceclaim import new_resource_claim, with_first_available
+from fixtures.claims import REQUEST
 from fixtures.devices import qualified
-from fixtures.launcher import first_metadata_object
+from fixtures.sanity import answer_for, result, unknown_claim
 from kubevirtci.capabilities import Capability
+from kubevirtci.releases import RELEASES
 
 pytestmark = [
     markers.driver_sanity,
     markers.requires(Capability.DRA_API, Capability.DRA_DRIVER),
 ]
-needs_socket = markers.requires(Capability.DRIVER_PLUGIN_SOCKET, Capability.NODE_ACCESS)
+needs_socket = markers.requires(Capability.DRIVER_PLUGIN_SOCKET)
 
 
 def _driver_slices(kube, profile):
@@ -59,106 +57,13 @@ def test_resource_slices_carry_the_profile_required_attributes(kube, profile):
             assert not missing, f"device {device['name']} lacks {sorted(missing)}"
 
 
-class Plugin:
-    """The driver's kubelet plugin on one node, driven by the dra-sanity client."""
-
-    def __init__(self, cluster, profile, node):
-        self.profile = profile
-        self.node = cluster.provider.node(node)
-        kubelet = self.node.paths.kubelet
-        if profile.plugin_socket:
-            socket = profile.plugin_socket.replace("/var/lib/kubelet", kubelet, 1)
-            self.socket_flags = ["--socket", socket]
-            self.data_dir = socket.rsplit("/", 1)[0]
-        else:  # as the kubelet finds it: by the plugin's registration
-            self.socket_flags = ["--driver", profile.driver,
-                                 "--registry", f"{kubelet}/plugins_registry"]
-            self.data_dir = f"{kubelet}/plugins/{profile.driver}"  # the helper's default
-
-    def _client(self, *args):
-        return json.loads(self.node.run(["dra-sanity", *args]))
-
-    def call(self, verb, *claims, parallel=False):
-        refs = [f"{c['metadata']['namespace']}/{c['metadata']['name']}/{c['metadata']['uid']}"
-                for c in claims]
-        flags = self.socket_flags + (["--parallel"] if parallel else [])
-        return self._client(*flags, verb, *refs)
-
-    def try_unprepare(self, claim) -> bool:
-        """Unprepare; False while the plugin is unreachable (restarting)."""
-        try:
-            response = self.call("unprepare", claim)
-        except (AssertionError, RuntimeError):  # node command failed: socket not there yet
-            return False
-        return not response["claims"][claim["metadata"]["uid"]].get("error")
-
-    def resolve(self, ids):
-        return self._client("resolve", "--cdi-dir", ",".join(self.node.paths.cdi),
-                            *ids)
-
-    def metadata(self, claim):
-        meta = claim["metadata"]
-        path = (f"{self.data_dir}/dra-device-metadata/{meta['namespace']}_{meta['name']}/"
-                f"{REQUEST}/metadata.json")
-        return first_metadata_object(self.node.run(["cat", path]))
-
-
-@pytest.fixture
-def device(kube, profile) -> FreeDevice:
-    return pick_free_device(kube, profile)
-
-
-@pytest.fixture
-def plugin(cluster, profile, device) -> Plugin:
-    return Plugin(cluster, profile, device.node)
-
-
-@pytest.fixture
-def allocate(kube, objects, profile, plugin):
-    """Create a claim and write its allocation to ``device`` as the scheduler would.
-
-    Every such claim is unprepared at teardown, whatever the test did: nobody else (no
-    kubelet) would ever release a device prepared through the socket."""
-    allocated: list[dict] = []
-
-    def create(name: str, device: FreeDevice) -> dict:
-        claim = objects.create(plain_claim(name, profile))
-        meta = claim["metadata"]
-        allocation = {"devices": {"results": [{
-            "request": REQUEST, "driver": profile.driver, "pool": device.pool,
-            "device": device.name,
-        }]}, "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{
-            "key": "metadata.name", "operator": "In", "values": [device.node]}]}]}}
-        kube.raw(
-            "PATCH",
-            f"/apis/resource.k8s.io/v1/namespaces/{meta['namespace']}/resourceclaims/"
-            f"{meta['name']}/status",
-            {"status": {"allocation": allocation}}, "application/merge-patch+json",
-        )
-        allocated.append(kube.get("ResourceClaim", name, meta["namespace"]))
-        return allocated[-1]
-
-    yield create
-    for claim in allocated:
-        waits.poll(lambda c=claim: plugin.try_unprepare(c), Timeout.CLAIM_UNPREPARED,
-                    f"the plugin to unprepare {claim['metadata']['name']}")
-
-
-@pytest.fixture
-def prepared(plugin, allocate, device):
-    """A claim prepared through the socket (unprepared by ``allocate``)."""
-    claim = allocate("sane", device)
-    response = plugin.call("prepare", claim)
-    return claim, response["claims"][claim["metadata"]["uid"]]
-
-
 @needs_socket
 @markers.requirement("SANITY-003")
 def test_prepare_returns_cdi_ids_that_resolve_in_a_parsable_spec(plugin, prepared, device):
-    _, result = prepared
-    assert not result.get("error"), result
-    assert [d["device_name"] for d in result["devices"]] == [device.name]
-    ids = [i for d in result["devices"] for i in d.get("cdi_device_ids") or []]
+    _, answer = prepared
+    assert not answer.get("error"), answer
+    assert [d["device_name"] for d in answer["devices"]] == [device.name]
+    ids = [i for d in answer["devices"] for i in d.get("cdi_device_ids") or []]
     if not ids:  # the kubelet plugin API allows a device without CDI edits
         pytest.skip("the driver returns no CDI device ids for the device: nothing to resolve")
     resolved = plugin.resolve(ids)
@@ -166,38 +71,100 @@ def test_prepare_returns_cdi_ids_that_resolve_in_a_parsable_spec(plugin, prepare
     assert all(resolved["devices"][i]["found"] for i in ids), resolved
 
 
+def _decoded_metadata(plugin, claim, profile, request=REQUEST):
+    """The claim's KEP-5304 file as the upstream decoder reads it, valid, or a failure."""
+    if not profile.device_metadata:
+        pytest.skip(f"profile {profile.name} declares no KEP-5304 device metadata "
+                    "(promises.deviceMetadata)")
+    report = plugin.metadata(claim, request)
+    assert "readError" not in report, f"{plugin.metadata_path(claim, request)}: {report}"
+    assert not report.get("decodeError"), report
+    assert not report.get("validationError"), report
+    return report
+
+
 @needs_socket
 @markers.requirement("SANITY-004")
-def test_metadata_file_lists_the_allocated_device(plugin, prepared, profile, device):
-    if not profile.device_metadata:
-        pytest.skip(f"profile {profile.name} declares no KEP-5304 device metadata")
+def test_metadata_file_decodes_validates_and_lists_the_allocated_device(
+    plugin, prepared, profile, device
+):
     claim, _ = prepared
-    metadata = plugin.metadata(claim)
+    metadata = _decoded_metadata(plugin, claim, profile)["metadata"]
     devices = [d for r in metadata["requests"] if r["name"] == REQUEST for d in r["devices"]]
     assert [(d["driver"], d["pool"], d["name"]) for d in devices] == [
         (profile.driver, device.pool, device.name)]
+
+
+def _readers(report) -> dict[str, bool]:
+    """Which KubeVirt releases (those that read KEP-5304 metadata) can read the file:
+    a release decodes only the versions it was built with, so the stream must hold a
+    valid object of one of them."""
+    readable = {o["apiVersion"] for o in report["objects"]
+                if o["decodes"] and not o.get("validationError")}
+    return {release.name: bool(readable & set(release.metadata_versions))
+            for release in RELEASES.values() if release.metadata_versions}
+
+
+@needs_socket
+@markers.requirement("SANITY-009")
+def test_kubevirt_releases_that_read_metadata_can_read_the_drivers_file(
+    record_property, cluster, plugin, prepared, profile
+):
+    claim, _ = prepared
+    report = _decoded_metadata(plugin, claim, profile)
+    readers = _readers(report)
+    written = [o["apiVersion"] for o in report["objects"]]
+    record_property("metadata_versions", ",".join(written))
+    record_property("metadata_readers", ",".join(f"{r}={'yes' if ok else 'no'}"
+                                                 for r, ok in readers.items()))
+    release = cluster.facts.kubevirt_release
+    judged = {release.name: readers[release.name]} if release and release.name in readers \
+        else readers
+    unreadable = [name for name, ok in judged.items() if not ok]
+    assert not unreadable, (
+        f"KubeVirt {', '.join(unreadable)} cannot read the driver's metadata: it decodes "
+        f"only {', '.join(sorted({v for r in RELEASES.values() for v in r.metadata_versions}))}"
+        f", the file holds {', '.join(written)}; KubeVirt would then miss the device's PCI "
+        "address silently. Fix: write that version too (EnableDeviceMetadata versions)")
+
+
+@needs_socket
+@markers.requirement("SANITY-010")
+def test_a_subrequest_is_answered_and_filed_under_its_base_request(
+    plugin, allocate, device, profile
+):
+    manifest = new_resource_claim("first-available", with_first_available(
+        REQUEST, ("first", profile.device_class)))
+    claim = allocate("first-available", device, manifest=manifest,
+                     results=[result(device, profile.driver, f"{REQUEST}/first")])
+    answer = plugin.prepare(claim)
+    assert not answer.get("error"), answer
+    names = {n for d in answer["devices"] for n in d.get("request_names") or []}
+    assert names <= {REQUEST}, f"request names {sorted(names)}: the kubelet matches a " \
+                               f"container's claim by the base request {REQUEST!r}"
+    metadata = _decoded_metadata(plugin, claim, profile)["metadata"]
+    assert [r["name"] for r in metadata["requests"]] == [REQUEST], \
+        "KubeVirt looks a VMI's device up by the base request name"
 
 
 @needs_socket
 @markers.requirement("SANITY-005")
 def test_prepare_twice_gives_the_same_answer(plugin, prepared):
     claim, first = prepared
-    again = plugin.call("prepare", claim)["claims"][claim["metadata"]["uid"]]
-    assert again == first
+    assert plugin.prepare(claim) == first
 
 
 @needs_socket
 @markers.requirement("SANITY-006")
-def test_unprepare_twice_and_unprepare_of_an_unknown_claim_are_fine(plugin, allocate, device):
+def test_unprepare_twice_and_unprepare_of_an_unknown_claim_are_fine(
+    plugin, allocate, device, namespace
+):
     claim = allocate("twice", device)
-    plugin.call("prepare", claim)
-    uid = claim["metadata"]["uid"]
+    assert not plugin.prepare(claim).get("error")
     for _ in range(2):
-        assert not plugin.call("unprepare", claim)["claims"][uid].get("error")
-    unknown = {"metadata": {"namespace": claim["metadata"]["namespace"], "name": "never",
-                            "uid": str(uuid.uuid4())}}
-    response = plugin.call("unprepare", unknown)
-    assert not response["claims"][unknown["metadata"]["uid"]].get("error"), response
+        assert not plugin.unprepare(claim).get("error")
+    unknown = plugin.unprepare(unknown_claim(namespace))
+    assert not unknown.get("error"), unknown
 
 
 @needs_socket
@@ -223,12 +190,12 @@ def test_plugin_restart_keeps_prepared_claims(kube, plugin, prepared, profile, d
     answers: list[dict] = []
 
     def answered() -> bool:
-        """A driver without a readiness probe is Ready before its socket serves."""
-        try:
-            answers.append(plugin.call("prepare", claim)["claims"][claim["metadata"]["uid"]])
-        except (AssertionError, RuntimeError):  # the node command failed: not serving yet
-            return False
-        return True
+        """A driver without a readiness probe is Ready before its socket serves; one
+        with sockets named per pod registers anew."""
+        answer = plugin.serving_answer("prepare", claim)
+        if answer is not None:
+            answers.append(answer)
+        return answer is not None
 
     waits.poll(answered, Timeout.PLUGIN_RESTART, "the restarted plugin to serve its socket")
     # The kubelet plugin API asks prepare to be idempotent across restarts; whether the
@@ -247,7 +214,6 @@ def test_no_device_is_prepared_for_two_claims_under_concurrent_requests(
                     f"{profile.exclusive_prepare}); DRA leaves exclusivity to the scheduler")
     claims = [allocate(f"race-{i}", device) for i in range(2)]
     response = plugin.call("prepare", *claims, parallel=True)
-    results = [r["claims"][c["metadata"]["uid"]] for r, c in zip(
-        response["responses"], claims, strict=True)]
-    succeeded = [r for r in results if not r.get("error")]
-    assert len(succeeded) == 1, f"one device prepared for {len(succeeded)} claims: {results}"
+    answers = [answer_for(r, c) for r, c in zip(response["responses"], claims, strict=True)]
+    succeeded = [a for a in answers if not a.get("error")]
+    assert len(succeeded) == 1, f"one device prepared for {len(succeeded)} claims: {answers}"

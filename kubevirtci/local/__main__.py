@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from core.errors import SuiteUsageError
-from kubevirtci.local.cluster import LocalCluster, build_driver_archive
+from kubevirtci.local.cluster import DRIVER_IMAGE, KNOWN_IMAGES, LocalCluster, build_known_archive
 from kubevirtci.runner import CommandFailed
 
 
@@ -27,9 +27,9 @@ def parser() -> argparse.ArgumentParser:
     logs = sub.add_parser("logs", help="last lines of a component's log")
     logs.add_argument("component", nargs="?")
     logs.add_argument("-n", "--lines", type=int, default=40)
-    image = sub.add_parser("driver-image", help="build the driver image as an OCI archive")
+    image = sub.add_parser("image", help="build an image of driver/ as an OCI archive")
     image.add_argument("--out", required=True, type=Path)
-    image.add_argument("--name", default="localhost/kdc/nvme-dra-driver:dev")
+    image.add_argument("--name", default=DRIVER_IMAGE, choices=sorted(KNOWN_IMAGES))
     return top
 
 
@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> None:
         nodes = cluster.load_image_archive(args.archive)
         print(f"imported {args.archive} into {', '.join(nodes)}" if nodes
               else f"{args.archive}: every node has its images already")
-    elif args.command == "driver-image":
-        print(build_driver_archive(args.name, args.out))
+    elif args.command == "image":
+        print(build_known_archive(args.name, args.out))
     else:
         names = [args.component] if args.component else cluster.supervisor.names()
         for name in names:

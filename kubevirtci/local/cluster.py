@@ -27,6 +27,7 @@ from kubevirtci.local.node_init import remove_cgroup
 from kubevirtci.local.nodes import CGROUP_PARENT, HermeticNode
 from kubevirtci.local.pki import CertificateAuthority
 from kubevirtci.local.processes import ProcessSpec, Supervisor
+from kubevirtci.provider import SANITY_CLIENT_IMAGE
 
 if TYPE_CHECKING:
     from core.kube import Kube
@@ -300,10 +301,12 @@ class LocalCluster:
 
     def load_known_image(self, name: str) -> bool:
         """Build and load an image this project knows how to build; False if unknown."""
-        if name != DRIVER_IMAGE:
+        spec = KNOWN_IMAGES.get(name)
+        if spec is None:
             return False
-        self.load_image_archive(self.image_archive(f"nvme-dra-driver-{driver_version()}",
-                                                   lambda: driver_image_spec(name)))
+        program = name.rsplit("/", 1)[-1].split(":", 1)[0]
+        self.load_image_archive(self.image_archive(f"{program}-{driver_version()}",
+                                                   lambda: spec(name)))
         return True
 
 
@@ -313,6 +316,23 @@ def driver_image_spec(name: str) -> images.ImageSpec:
     return images.driver_image(name, bin_dir)
 
 
-def build_driver_archive(name: str, archive: Path) -> Path:
-    """The driver image as an OCI archive at ``archive``."""
-    return images.write_oci_archive(driver_image_spec(name), archive)
+def sanity_client_image_spec(name: str) -> images.ImageSpec:
+    """The driver sanity suite's node-side client alone, for its short-lived pods."""
+    bin_dir = components.build(components.driver_component(driver_version()))
+    return images.sanity_client_image(name, bin_dir)
+
+
+# Images built here from driver/, by the name manifests and the suite use.
+KNOWN_IMAGES: dict[str, Callable[[str], images.ImageSpec]] = {
+    DRIVER_IMAGE: driver_image_spec,
+    SANITY_CLIENT_IMAGE: sanity_client_image_spec,
+}
+
+
+def build_known_archive(name: str, archive: Path) -> Path:
+    """A known image (KNOWN_IMAGES) as an OCI archive at ``archive``."""
+    spec = KNOWN_IMAGES.get(name)
+    if spec is None:
+        raise SuiteUsageError(f"image {name} is not one this project builds",
+                              f"use one of {', '.join(KNOWN_IMAGES)}, or push it yourself")
+    return images.write_oci_archive(spec(name), archive)

@@ -174,9 +174,14 @@ def pause_image(name: str, pause_binary: Path) -> ImageSpec:
 def driver_image(name: str, bin_dir: Path) -> ImageSpec:
     return ImageSpec(
         name,
-        files={f"/usr/bin/{p}": bin_dir / p for p in ("nvme-dra-driver", "dra-sanity")},
+        files={"/usr/bin/nvme-dra-driver": bin_dir / "nvme-dra-driver"},
         entrypoint=["/usr/bin/nvme-dra-driver"],
     )
+
+
+def sanity_client_image(name: str, bin_dir: Path) -> ImageSpec:
+    return ImageSpec(name, files={"/usr/bin/dra-sanity": bin_dir / "dra-sanity"},
+                     entrypoint=["/usr/bin/dra-sanity"])
 
 
 def busybox_image(name: str, busybox: Path = Path("/bin/busybox")) -> ImageSpec:

@@ -27,8 +27,7 @@ PKI = "/etc/kubernetes/pki"
 CLUSTER_DOMAIN = "cluster.local"
 # Programs of the cluster a node runs or offers on its PATH (kind's node image has the
 # same in /usr/local/bin).
-NODE_PROGRAMS = ("kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr",
-                 "dra-sanity")
+NODE_PROGRAMS = ("kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr")
 # EMULATED: shows containers the node's emulated PCI tree (driver/cmd/nri-emulated-pci).
 # A node service that connects to containerd's NRI socket, not a plugin containerd
 # starts: containerd kills a plugin it starts once the plugin misses a request timeout,

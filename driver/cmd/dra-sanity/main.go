@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 )
@@ -80,29 +81,30 @@ func main() {
 		return nil, fmt.Errorf("unknown verb %q", flag.Arg(0))
 	}
 	if !*parallel {
-		resp, err := call(claims)
-		if err != nil {
-			fail(err)
-		}
-		emit(resp)
+		emit(answer(call(claims)))
 		return
 	}
-	responses := make([]any, len(claims))
-	errs := make([]string, len(claims))
+	answers := make([]any, len(claims))
 	var wg sync.WaitGroup
 	for i, c := range claims {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := call([]*drapb.Claim{c})
-			responses[i] = resp
-			if err != nil {
-				errs[i] = err.Error()
-			}
+			answers[i] = answer(call([]*drapb.Claim{c}))
 		}()
 	}
 	wg.Wait()
-	emit(map[string]any{"responses": responses, "errors": errs})
+	emit(map[string]any{"responses": answers})
+}
+
+// answer is a call's response, or its gRPC error as data: an error answer is part of
+// the plugin's contract (the kubelet fails the pod either way), not a client failure.
+func answer(resp any, err error) any {
+	if err == nil {
+		return resp
+	}
+	s := status.Convert(err)
+	return map[string]any{"grpcError": map[string]string{"code": s.Code().String(), "message": s.Message()}}
 }
 
 func emit(v any) {
@@ -119,8 +121,8 @@ func fail(err error) {
 }
 
 // resolve loads the CDI specs of the given directories with the CDI library, as the
-// container runtime does, and reports for each device id whether it resolves and the
-// edits it carries.
+// container runtime does, and reports for each device id (default: every device the
+// specs define) whether it resolves and the edits it carries.
 func resolve(args []string) {
 	fs := flag.NewFlagSet("resolve", flag.ExitOnError)
 	dirs := fs.String("cdi-dir", "/etc/cdi,/var/run/cdi", "comma-separated CDI spec dirs")
@@ -136,7 +138,11 @@ func resolve(args []string) {
 		}
 	}
 	devices := map[string]any{}
-	for _, id := range fs.Args() {
+	ids := fs.Args()
+	if len(ids) == 0 { // every device the specs define: what is prepared on the node
+		ids = cache.ListDevices()
+	}
+	for _, id := range ids {
 		dev := cache.GetDevice(id)
 		if dev == nil {
 			devices[id] = map[string]any{"found": false}

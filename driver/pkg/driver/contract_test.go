@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
@@ -210,5 +211,31 @@ func TestAFunctionWithoutIOMMUGroupIsGivenBackAndLeavesNoSpec(t *testing.T) {
 	}
 	if specs, _ := filepath.Glob(filepath.Join(n.cdiDir, "*")); len(specs) != 0 {
 		t.Fatalf("a failed prepare leaves no spec, found %v", specs)
+	}
+}
+
+func TestADeviceOfAnotherNodesPoolIsRefusedAndAFailedClaimLeavesNothingBound(t *testing.T) {
+	n := newNode(t)
+	d := n.start(t)
+	other := claim("uid-o", "nvme-0000-00-05-0")
+	other.Status.Allocation.Devices.Results[0].Pool = "node02" // same device name, other node
+	if r := prepare(t, d, other); r.Err == nil || !strings.Contains(r.Err.Error(), "node02") {
+		t.Fatalf("want a refusal naming the other pool, got %+v", r)
+	}
+	// The first device binds, the second is unknown: the claim fails as a whole.
+	both := claim("uid-b", "nvme-0000-00-05-0")
+	both.Status.Allocation.Devices.Results = append(both.Status.Allocation.Devices.Results,
+		resourceapi.DeviceRequestAllocationResult{Request: "dev", Driver: driverName, Pool: "node01", Device: "nvme-absent"})
+	if r := prepare(t, d, both); r.Err == nil {
+		t.Fatal("want an error for the unknown second device")
+	}
+	if got := (pci.Sysfs{Root: n.root}).BoundDriver("0000:00:05.0"); got == pci.VFIODriver {
+		t.Fatal("a failed claim left its first device bound to vfio-pci")
+	}
+	if entries, _ := os.ReadDir(n.cdiDir); len(entries) != 0 {
+		t.Fatalf("a failed claim left CDI specs: %v", entries)
+	}
+	if r := prepare(t, d, claim("uid-c", "nvme-0000-00-05-0")); r.Err != nil {
+		t.Fatalf("the device must be free for the next claim: %v", r.Err)
 	}
 }

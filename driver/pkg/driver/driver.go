@@ -127,13 +127,19 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		if result.Driver != d.cfg.DriverName {
 			continue
 		}
+		// A device is (driver, pool, name): another node's pool has devices of the same
+		// names, and preparing ours for them would hand out the wrong device.
+		if result.Pool != d.cfg.NodeName {
+			return nil, d.rollback(uid, prepared, fmt.Errorf("device %s of pool %s is not this node's (pool %s)",
+				result.Device, result.Pool, d.cfg.NodeName))
+		}
 		if holder := d.cfg.Checkpoint.Holder(result.Device); holder != "" {
-			return nil, fmt.Errorf("device %s is already prepared for claim %s", result.Device, holder)
+			return nil, d.rollback(uid, prepared, fmt.Errorf("device %s is already prepared for claim %s", result.Device, holder))
 		}
 		dev, ok := d.devices[result.Device]
 		if !ok {
-			return nil, fmt.Errorf("device %s is not on node %s (or no longer advertisable)",
-				result.Device, d.cfg.NodeName)
+			return nil, d.rollback(uid, prepared, fmt.Errorf("device %s is not on node %s (or no longer advertisable)",
+				result.Device, d.cfg.NodeName))
 		}
 		original, err := d.cfg.Binder.Bind(dev.Function.BDF, pci.VFIODriver)
 		if err != nil {
