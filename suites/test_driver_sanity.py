@@ -15,7 +15,7 @@ from fixtures import markers
 from fixtures.builders.resourceclaim import new_resource_claim, with_first_available
 from fixtures.claims import REQUEST
 from fixtures.devices import qualified
-from fixtures.sanity import answer_for, result, unknown_claim
+from fixtures.sanity import answer_for, metadata_readers, result, unknown_claim
 from kubevirtci.capabilities import Capability
 from kubevirtci.releases import RELEASES
 
@@ -95,16 +95,6 @@ def test_metadata_file_decodes_validates_and_lists_the_allocated_device(
         (profile.driver, device.pool, device.name)]
 
 
-def _readers(report) -> dict[str, bool]:
-    """Which KubeVirt releases (those that read KEP-5304 metadata) can read the file:
-    a release decodes only the versions it was built with, so the stream must hold a
-    valid object of one of them."""
-    readable = {o["apiVersion"] for o in report["objects"]
-                if o["decodes"] and not o.get("validationError")}
-    return {release.name: bool(readable & set(release.metadata_versions))
-            for release in RELEASES.values() if release.metadata_versions}
-
-
 @needs_socket
 @markers.requirement("SANITY-009")
 def test_kubevirt_releases_that_read_metadata_can_read_the_drivers_file(
@@ -112,7 +102,7 @@ def test_kubevirt_releases_that_read_metadata_can_read_the_drivers_file(
 ):
     claim, _ = prepared
     report = _decoded_metadata(plugin, claim, profile)
-    readers = _readers(report)
+    readers = metadata_readers(report)
     written = [o["apiVersion"] for o in report["objects"]]
     record_property("metadata_versions", ",".join(written))
     record_property("metadata_readers", ",".join(f"{r}={'yes' if ok else 'no'}"
