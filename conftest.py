@@ -3,6 +3,7 @@
 pytest_plugins = [
     "fixtures.plugin",
     "fixtures.sanity",
+    "fixtures.console",
     "fixtures.certification",
     "reports.junit",
     "reports.html",

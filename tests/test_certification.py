@@ -187,3 +187,17 @@ def test_a_provider_that_installs_is_judged_after_its_install_not_before():
     session = loop_session(True, Item("VM-001", Capability.RUNNING_VMS))
     session.config.stash[SESSION_KEY].provider.installs = True
     assert certification.pytest_runtestloop(session) is None
+
+
+def test_the_console_is_kept_as_the_terminal_showed_it(tmp_path):
+    import io
+
+    from fixtures.console import Tee
+
+    terminal, log = io.StringIO(), (tmp_path / "console.log").open("w")
+    tee = Tee(terminal, log)
+    tee.write("suites/test_x.py .")
+    tee.flush()
+    log.close()
+    assert terminal.getvalue() == (tmp_path / "console.log").read_text() == "suites/test_x.py ."
+    assert tee.isatty() is False
