@@ -170,13 +170,16 @@ class KubevirtciProvider(Provider):
             check(self.runner.run(self.push_command(archive, image, port), label="push"),
                   "install skopeo (apt-get install skopeo)")
 
+    def node_image(self, image: str) -> str:
+        return cluster_image(image)
+
     def adapt_manifest(self, doc: dict[str, Any]) -> dict[str, Any]:
         """Images pushed by load_images are pulled by the nodes from ``registry:5000``."""
         if doc.get("kind") != "DaemonSet":
             return doc
         out = copy.deepcopy(doc)
         for container in out["spec"]["template"]["spec"]["containers"]:
-            container["image"] = cluster_image(container["image"])
+            container["image"] = self.node_image(container["image"])
         return out
 
     def prepare_device_plugin_devices(self, nodes: list[str]) -> None:

@@ -120,6 +120,10 @@ class Provider(ABC):
         """Set devices aside for the device-plugin path (where the provider has them)."""
         return
 
+    def node_image(self, image: str) -> str:
+        """The name nodes pull an image by once ``load_images`` has loaded it."""
+        return image
+
     def adapt_manifest(self, doc: dict[str, Any]) -> dict[str, Any]:
         """Fit a driver manifest to this provider (image location, node paths)."""
         return doc

@@ -14,6 +14,7 @@ from kubevirtci.kubevirtci_provider import (
     node_command,
     parse_last_line,
 )
+from kubevirtci.provider import SANITY_CLIENT_IMAGE
 from kubevirtci.runner import CommandFailed, CommandResult
 
 
@@ -155,6 +156,11 @@ def test_images_are_pushed_to_the_cluster_registry_and_pulled_by_its_name(checko
     assert push[-1] == "docker://localhost:41234/kdc/nvme-dra-driver:dev"
     assert cluster_image("localhost/kdc/nvme-dra-driver:dev") == \
         "registry:5000/kdc/nvme-dra-driver:dev"
+    # The sanity client's pods name the image as the nodes pull it, like the driver's.
+    p.load_images([SANITY_CLIENT_IMAGE])
+    assert built[-1][0] == SANITY_CLIENT_IMAGE
+    assert runner.calls[-1]["argv"][-1] == "docker://localhost:41234/kdc/dra-sanity:dev"
+    assert p.node_image(SANITY_CLIENT_IMAGE) == "registry:5000/kdc/dra-sanity:dev"
 
 
 def test_node_commands_go_through_ssh_sh_and_down_respects_keep_cluster(checkout):
