@@ -20,7 +20,7 @@ from fixtures.builders.resourceclaim import with_request
 from fixtures.builders.resourceclaimtemplate import new_resource_claim_template
 from fixtures.claims import REQUEST, pick_free_device, pinned_claim, plain_claim
 from fixtures.devices import PCI_BUS_ID, allocated_devices, claim_device_attributes
-from fixtures.launcher import METADATA_ROOT, first_metadata_object
+from fixtures.launcher import DECODED_BY_1_37, METADATA_ROOT, metadata_object
 from kubevirtci.capabilities import Capability
 
 pytestmark = [markers.pod_dra, markers.requires_pod_dra]
@@ -129,7 +129,7 @@ def test_cdi_env_device_nodes_and_metadata_reach_the_container(kube, objects, na
     assert env.get(f"DRA_NVME_{REQUEST.upper()}_PCI_ADDRESS") == attrs[PCI_BUS_ID], env
     group = str(attrs[f"{profile.driver}/iommuGroup"])
     assert {"vfio", group} <= set(sections["DEV"].split()), sections["DEV"]
-    metadata = first_metadata_object(sections["META"])
+    metadata = metadata_object(sections["META"], DECODED_BY_1_37)
     assert metadata["apiVersion"].startswith("metadata.resource.k8s.io/")
     devices = [d for r in metadata["requests"] if r["name"] == REQUEST for d in r["devices"]]
     assert [d["attributes"][PCI_BUS_ID]["string"] for d in devices] == [attrs[PCI_BUS_ID]]

@@ -165,12 +165,18 @@ def test_kubevirt_paths_and_env_names_follow_the_facts():
         "PCI_RESOURCE_DEVICES_KUBEVIRT_IO_NVME"
 
 
-def test_metadata_stream_yields_the_newest_version_first():
-    from fixtures.launcher import first_metadata_object
+def test_a_metadata_reader_takes_the_first_object_of_a_version_it_decodes():
+    from fixtures.launcher import DECODED_BY_1_37, metadata_object
 
     stream = ('{"apiVersion": "metadata.resource.k8s.io/v1beta1", "requests": []}\n'
               '{"apiVersion": "metadata.resource.k8s.io/v1alpha1", "requests": []}\n')
-    assert first_metadata_object(stream)["apiVersion"] == "metadata.resource.k8s.io/v1beta1"
+    assert metadata_object(stream, DECODED_BY_1_37)["apiVersion"] == \
+        "metadata.resource.k8s.io/v1beta1"
+    # KubeVirt 1.8 and 1.9 decode only v1alpha1: they skip the newer object.
+    assert metadata_object(stream, ("metadata.resource.k8s.io/v1alpha1",))["apiVersion"] == \
+        "metadata.resource.k8s.io/v1alpha1"
+    with pytest.raises(AssertionError, match=r"it holds metadata\.resource\.k8s\.io/v1beta1"):
+        metadata_object(stream.splitlines()[0], ("metadata.resource.k8s.io/v1alpha1",))
 
 
 class _VMKube:
