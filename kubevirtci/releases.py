@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 METADATA_V1ALPHA1 = "metadata.resource.k8s.io/v1alpha1"
+METADATA_V1BETA1 = "metadata.resource.k8s.io/v1beta1"
 
 
 @dataclass(frozen=True)

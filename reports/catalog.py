@@ -37,7 +37,7 @@ class Requirement:
     level: Level = Level.REQUIRED
 
 
-_R, _O = Level.REQUIRED, Level.OPTIONAL
+_O = Level.OPTIONAL
 REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement("PERSIST-001", "A pre-created claim survives VM stop/start and restart and "
                 "stays allocated to the VM.", Source.VEP_10),

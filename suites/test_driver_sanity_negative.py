@@ -35,7 +35,6 @@ def _refused_and_left_nothing(plugin, before: set[str], *claims, allowed: set[st
         assert not answer.get("missing"), f"{claim['metadata']['name']}: {answer['error']}"
     left = plugin.cdi_devices() - before - allowed
     assert not left, f"a refused prepare left CDI devices on node {plugin.node}: {sorted(left)}"
-    return response
 
 
 def _still_serving(plugin, allocate, device: FreeDevice) -> None:

@@ -310,16 +310,19 @@ class LocalCluster:
         return True
 
 
+def driver_programs() -> Path:
+    """The folder of driver/'s programs, built locally (cached by source version)."""
+    return components.build(components.driver_component(driver_version()))
+
+
 def driver_image_spec(name: str) -> images.ImageSpec:
-    """The driver image, its programs built locally (no registry, no daemon)."""
-    bin_dir = components.build(components.driver_component(driver_version()))
-    return images.driver_image(name, bin_dir)
+    """The driver image (no registry, no daemon)."""
+    return images.driver_image(name, driver_programs())
 
 
 def sanity_client_image_spec(name: str) -> images.ImageSpec:
     """The driver sanity suite's node-side client alone, for its short-lived pods."""
-    bin_dir = components.build(components.driver_component(driver_version()))
-    return images.sanity_client_image(name, bin_dir)
+    return images.sanity_client_image(name, driver_programs())
 
 
 # Images built here from driver/, by the name manifests and the suite use.

@@ -100,11 +100,10 @@ func metadataCommand(paths []string) {
 	reports := map[string]any{}
 	for _, path := range paths {
 		data, err := os.ReadFile(path)
-		if err != nil {
-			reports[path] = map[string]string{"readError": err.Error()}
-			continue
+		var report metadataReport
+		if err == nil {
+			report, err = decodeMetadata(data)
 		}
-		report, err := decodeMetadata(data)
 		if err != nil {
 			reports[path] = map[string]string{"readError": err.Error()}
 			continue
