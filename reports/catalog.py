@@ -72,7 +72,9 @@ REQUIREMENTS: tuple[Requirement, ...] = (
                 "container requests them.", Source.VEP_10),
     Requirement("INFO-002", "KEP-5304 metadata sits at KubeVirt's path and names the "
                 "allocated pciBusID.", Source.KEP_5304),
-    Requirement("INFO-003", "The launcher has the device's /dev/vfio nodes.", Source.CDI),
+    Requirement("INFO-003", "The launcher's /dev/vfio nodes, and the device nodes the "
+                "profile declares, are the node's devices (type and major:minor).",
+                Source.CDI),
     Requirement("INFO-004", "A device-plugin VM's launcher gets PCI_RESOURCE_* naming its "
                 "device.", Source.DEVICE_PLUGIN),
     Requirement("INFO-005", "The domain XML hostdev source is the allocated pciBusID.",
@@ -104,8 +106,9 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement("POD-003", "A pre-created claim outlives its pod and is deallocated when "
                 "unreserved.", Source.KEP_4381),
     Requirement("POD-004", "A claim pinned by CEL gets the same device back.", Source.KEP_4381),
-    Requirement("POD-005", "CDI edits, device nodes and KEP-5304 metadata reach the "
-                "container.", Source.CDI),
+    Requirement("POD-005", "The env, device nodes and KEP-5304 metadata the profile "
+                "declares reach the container and name the allocated device; each device "
+                "node is the node's (type and major:minor).", Source.CDI, _O),
     Requirement("POD-006", "A prepared device is bound to vfio-pci and given back after the "
                 "pod.", Source.PROFILE, _O),
     Requirement("POD-007", "A container given a function sees it in sysfs with its IOMMU "
@@ -138,6 +141,9 @@ REQUIREMENTS: tuple[Requirement, ...] = (
                 Source.PROFILE, _O),
     Requirement("SANITY-014", "Several claims in one call are answered one by one; a refused "
                 "claim among them prepares nothing.", Source.PLUGIN_API),
+    Requirement("SANITY-015", "The CDI edits of a prepared device carry the env the "
+                "profile declares with the allocated device's values, and device nodes whose "
+                "host paths are the node's devices at the declared paths.", Source.CDI, _O),
     Requirement("CLUSTER-001", "A pod reaches the API server through the kubernetes "
                 "Service.", Source.KUBERNETES),
     Requirement("CLUSTER-002", "A ClusterIP Service routes to a pod on another node.",

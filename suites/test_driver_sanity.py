@@ -10,10 +10,12 @@ from collections import Counter, defaultdict
 import pytest
 
 from core import waits
+from core.container_edits import GivenDevice
 from core.timeouts import Timeout
 from fixtures import markers
 from fixtures.builders.resourceclaim import new_resource_claim, with_first_available
 from fixtures.claims import REQUEST
+from fixtures.device_nodes import identity_problems, node_device_numbers
 from fixtures.devices import qualified
 from fixtures.sanity import answer_for, metadata_readers, result, unknown_claim
 from kubevirtci.capabilities import Capability
@@ -69,6 +71,40 @@ def test_prepare_returns_cdi_ids_that_resolve_in_a_parsable_spec(plugin, prepare
     resolved = plugin.resolve(ids)
     assert not any(resolved["specErrors"].values()), resolved["specErrors"]
     assert all(resolved["devices"][i]["found"] for i in ids), resolved
+
+
+@needs_socket
+@markers.requirement("SANITY-015")
+def test_cdi_edits_name_the_allocated_device_and_the_nodes_own_device_nodes(
+    plugin, prepared, profile, device
+):
+    """What the runtime will inject for the claim: the env the profile declares, with this
+    device's values, and each declared device node taken from a host path that is the
+    node's device at that path (same type and major:minor)."""
+    edits = profile.container_edits
+    if not edits:
+        pytest.skip(f"profile {profile.name} declares no containerEdits: nothing to check")
+    _, answer = prepared
+    assert not answer.get("error"), answer
+    ids = [i for d in answer["devices"] for i in d.get("cdi_device_ids") or []]
+    assert ids, f"profile {profile.name} declares containerEdits, but prepare returned no CDI ids"
+    resolved = plugin.resolve(ids)["devices"]
+    env = dict(e.split("=", 1) for i in ids for e in resolved[i].get("env") or [] if "=" in e)
+    host_paths = {n["path"]: n["hostPath"] for i in ids
+                  for n in resolved[i].get("deviceNodes") or []}
+    given = GivenDevice(REQUEST, device.name, device.attributes)
+    expected_env = edits.env_for(given)
+    assert {name: env.get(name) for name in expected_env} == expected_env
+    paths = edits.device_nodes_for(given)
+    missing = [p for p in paths if p not in host_paths]
+    assert not missing, f"the CDI edits lack device nodes {missing}: {host_paths}"
+    if paths:
+        numbers = node_device_numbers(plugin.client,
+                                      sorted({*paths, *(host_paths[p] for p in paths)}))
+        taken = {p: numbers[host_paths[p]] for p in paths}
+        problems = identity_problems(taken, {p: numbers[p] for p in paths},
+                                     "the CDI spec's host path")
+        assert not problems, problems
 
 
 def _decoded_metadata(plugin, claim, profile, request=REQUEST):

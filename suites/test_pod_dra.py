@@ -4,6 +4,8 @@ lifecycle, the real kubelet prepares through the driver and the runtime applies 
 
 from __future__ import annotations
 
+import pytest
+
 from core import waits
 from core.timeouts import Timeout
 from fixtures import markers
@@ -19,7 +21,13 @@ from fixtures.builders.pod import (
 from fixtures.builders.resourceclaim import with_request
 from fixtures.builders.resourceclaimtemplate import new_resource_claim_template
 from fixtures.claims import REQUEST, pick_free_device, pinned_claim, plain_claim
-from fixtures.devices import PCI_BUS_ID, allocated_devices, claim_device_attributes
+from fixtures.device_nodes import identity_problems, node_device_numbers, parse_stat, stat_script
+from fixtures.devices import (
+    PCI_BUS_ID,
+    allocated_devices,
+    claim_device_attributes,
+    given_devices,
+)
 from fixtures.launcher import DECODED_BY_1_37, METADATA_ROOT, metadata_object
 from kubevirtci.capabilities import Capability
 
@@ -95,44 +103,48 @@ def test_pinned_claim_gets_the_same_device_back(kube, objects, namespace, profil
         waits.claim_is_deallocated(kube, "c", namespace)
 
 
-CONTAINER_REPORT = (
-    "echo ENV; env; echo DEV; ls /dev/vfio; echo META; "
-    "cat {meta}/resourceclaims/c/{request}/*-metadata.json; echo; echo END"
-)
-
-
-def _sections(log: str) -> dict[str, str]:
-    sections: dict[str, list[str]] = {}
-    current = ""
-    for line in log.splitlines():
-        if line in ("ENV", "DEV", "META", "END"):
-            current = line
-            sections[current] = []
-        elif current:
-            sections[current].append(line)
-    return {k: "\n".join(v) for k, v in sections.items()}
+def _env(listing: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in listing.splitlines() if "=" in line)
 
 
 @markers.requirement("POD-005")
-def test_cdi_env_device_nodes_and_metadata_reach_the_container(kube, objects, namespace,
-                                                               profile):
+def test_cdi_edits_and_metadata_reach_the_container_and_name_the_allocated_device(
+    kube, objects, namespace, profile, node_client_on
+):
+    """Identity, not presence: env and metadata name the allocated device, and each device
+    node is the node's own (type and major:minor), not just a node at the right path."""
+    edits = profile.container_edits
+    if not edits and not profile.device_metadata:
+        pytest.skip(f"profile {profile.name} declares no containerEdits and no KEP-5304 "
+                    "metadata: nothing a container is promised to see")
     objects.create(plain_claim("c", profile))
-    report = CONTAINER_REPORT.format(meta=METADATA_ROOT, request=REQUEST)
     objects.create(_pod("p", profile, "c", with_command(
-        "sh", "-c", f"{EXIT_ON_TERM}; {report}; sleep 3600 & wait"
-    )))
-    waits.pod_is_running(kube, "p", namespace)
-    attrs = claim_device_attributes(kube, waits.claim_is_allocated(kube, "c", namespace))[0]
-    out = waits.wait_for_log(kube, "p", namespace, "END")
-    sections = _sections(out)
-    env = dict(line.split("=", 1) for line in sections["ENV"].splitlines() if "=" in line)
-    assert env.get(f"DRA_NVME_{REQUEST.upper()}_PCI_ADDRESS") == attrs[PCI_BUS_ID], env
-    group = str(attrs[f"{profile.driver}/iommuGroup"])
-    assert {"vfio", group} <= set(sections["DEV"].split()), sections["DEV"]
-    metadata = metadata_object(sections["META"], DECODED_BY_1_37)
-    assert metadata["apiVersion"].startswith("metadata.resource.k8s.io/")
-    devices = [d for r in metadata["requests"] if r["name"] == REQUEST for d in r["devices"]]
-    assert [d["attributes"][PCI_BUS_ID]["string"] for d in devices] == [attrs[PCI_BUS_ID]]
+        "sh", "-c", f"{EXIT_ON_TERM}; sleep 3600 & wait")))
+    pod = waits.pod_is_running(kube, "p", namespace)
+    claim = waits.claim_is_allocated(kube, "c", namespace)
+    [given] = given_devices(kube, claim)
+
+    def run(script: str) -> str:
+        return kube.exec("p", namespace, "ctr", ["sh", "-c", script])
+
+    expected_env = edits.env_for(given)
+    env = _env(run("env"))
+    assert {name: env.get(name) for name in expected_env} == expected_env
+    if edits.device_nodes:
+        paths = edits.device_nodes_for(given)
+        node = node_device_numbers(node_client_on(pod["spec"]["nodeName"]), paths)
+        problems = identity_problems(parse_stat(run(stat_script(paths))), node, "the container")
+        assert not problems, problems
+    if profile.device_metadata:
+        stream = run(f"cat {METADATA_ROOT}/resourceclaims/c/{REQUEST}/*-metadata.json")
+        metadata = metadata_object(stream, DECODED_BY_1_37)
+        devices = [d for r in metadata["requests"] if r["name"] == REQUEST
+                   for d in r["devices"]]
+        assert [(d["driver"], d["pool"], d["name"]) for d in devices] == [
+            (profile.driver, *allocated_devices(claim)[0].key[1:])]
+        bus_id = given.attributes.get(PCI_BUS_ID)
+        if bus_id:
+            assert [d["attributes"][PCI_BUS_ID]["string"] for d in devices] == [bus_id]
 
 
 @markers.requires(Capability.NODE_ACCESS)

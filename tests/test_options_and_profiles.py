@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from core.container_edits import GivenDevice, UnknownAttribute
 from core.errors import SuiteUsageError
 from core.profile import load, parse
 from fixtures import options
@@ -119,3 +120,35 @@ def test_every_bad_field_is_named_in_one_error_before_any_cluster_work(tmp_path)
     assert "promises.deviceMetadata must be a bool, not 'maybe'" in message
     assert f"deploy/ds.yaml is not a file (paths are relative to the profile's folder, " \
            f"{tmp_path.resolve()})" in message
+
+
+def test_container_edits_name_the_allocated_device(tmp_path):
+    edits = load("reference-nvme").container_edits
+    given = GivenDevice("nvme-1", "nvme-2", {
+        "resource.kubernetes.io/pciBusID": "0000:01:00.0",
+        "nvme.dra.kubevirt-conformance.io/serial": "nvme-2",
+        "nvme.dra.kubevirt-conformance.io/iommuGroup": 12})
+    assert edits.env_for(given) == {"DRA_NVME_NVME_1_PCI_ADDRESS": "0000:01:00.0",
+                                    "DRA_NVME_NVME_1_SERIAL": "nvme-2"}
+    assert edits.device_nodes_for(given) == ["/dev/vfio/vfio", "/dev/vfio/12"]
+    gpu = load("dra-example-gpu").container_edits
+    assert gpu.env_for(GivenDevice("r", "gpu-3", {"gpu.example.com/index": 3})) == {
+        "GPU_DEVICE_3": "gpu-3"}
+    assert not gpu.device_nodes
+    with pytest.raises(UnknownAttribute, match=r"'gpu.example.com/index'.*gpu-3"):
+        gpu.env_for(GivenDevice("r", "gpu-3", {}))
+
+
+def test_container_edits_templates_that_can_never_be_filled_are_named(tmp_path):
+    data = {"driver": "d.example.com", "deviceClass": "c", "deviceKind": "gpu",
+            "identityAttribute": "d.example.com/uuid",
+            "containerEdits": {"env": {"X_{index}": "{device}", "Y": 3},
+                               "deviceNodes": ["/dev/x{d.example.com/minor}", "/tmp/z"]}}
+    with pytest.raises(SuiteUsageError) as err:
+        parse(data, tmp_path / "p.yaml")
+    message = str(err.value)
+    assert "containerEdits.env must map env names to strings" in message
+    assert "/tmp/z is not under /dev/" in message
+    data["containerEdits"]["env"] = {"X_{index}": "{device}"}
+    with pytest.raises(SuiteUsageError, match=r"placeholder \{index\} is neither"):
+        parse(data, tmp_path / "p.yaml")

@@ -41,6 +41,10 @@ func main() {
 		metadataCommand(os.Args[2:])
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "stat" {
+		emit(statNodes(os.Args[2:]))
+		return
+	}
 	socket := flag.String("socket", "", "the plugin's DRA socket (default: as registered)")
 	driver := flag.String("driver", "", "find the socket of this driver's registered plugin")
 	registry := flag.String("registry", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registry")
@@ -51,7 +55,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: dra-sanity --socket PATH|--driver NAME [--registry DIR] "+
 			"prepare|unprepare NS/NAME/UID...\n"+
 			"       dra-sanity resolve --cdi-dir DIR[,DIR] CDI-ID...\n"+
-			"       dra-sanity metadata FILE...")
+			"       dra-sanity metadata FILE...\n"+
+			"       dra-sanity stat PATH...")
 		os.Exit(2)
 	}
 	claims, err := parseClaims(flag.Args()[1:])
@@ -148,9 +153,14 @@ func resolve(args []string) {
 			devices[id] = map[string]any{"found": false}
 			continue
 		}
-		var nodes []string
+		// Where the runtime takes each node from: its hostPath, or its path when none.
+		nodes := []map[string]string{}
 		for _, n := range dev.ContainerEdits.DeviceNodes {
-			nodes = append(nodes, n.Path)
+			host := n.HostPath
+			if host == "" {
+				host = n.Path
+			}
+			nodes = append(nodes, map[string]string{"path": n.Path, "hostPath": host})
 		}
 		devices[id] = map[string]any{
 			"found": true, "spec": dev.GetSpec().GetPath(),
