@@ -1,4 +1,5 @@
-"""Any cluster reachable by kubeconfig. Nothing is brought up or torn down; what the
+"""Any cluster reachable by kubeconfig, or from inside one of its pods as the pod's
+service account (Sonobuoy plugin mode). Nothing is brought up or torn down; what the
 cluster can do is discovered from its API."""
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ class ExistingProvider(Provider):
     installs = False  # an existing cluster brings its own KubeVirt and driver
     installs_kubevirt = False
 
-    def __init__(self, kubeconfig: Path) -> None:
+    def __init__(self, kubeconfig: Path | None) -> None:
+        """``kubeconfig`` None: in the cluster, as the pod's service account."""
         self._kubeconfig = kubeconfig
+        self.in_cluster = kubeconfig is None
 
     def up(self) -> None:
         """Nothing to bring up; reachability is checked when the session connects."""
 
-    def kubeconfig(self) -> Path:
+    def kubeconfig(self) -> Path | None:
         return self._kubeconfig
 
     def declared_capabilities(self) -> Capabilities:

@@ -161,7 +161,7 @@ class KubevirtciProvider(Provider):
 
     def load_images(self, images: list[str]) -> None:
         """Build each image as an OCI archive here and push it to the cluster registry."""
-        from kubevirtci.local.cluster import build_known_archive
+        from kubevirtci.local.known_images import build_known_archive
 
         port = self.registry_port()
         for image in images:

@@ -16,6 +16,7 @@ EMULATED_NVME_ID = "1b36:0010"
 # The driver sanity suite's node-side client (driver/cmd/dra-sanity), built here; it runs
 # in short-lived pods on the node whose plugin it drives.
 SANITY_CLIENT_IMAGE = "localhost/kdc/dra-sanity:dev"
+SUITE_IMAGE = "localhost/kdc/conformance:dev"  # the suite itself, for Sonobuoy plugin mode
 # The controller every node sets aside for KubeVirt's PCI device plugin: the second
 # --nvme controller (kubevirtci) or emulated controller (local).
 DEVICE_PLUGIN_SERIAL = "nvme-1"
@@ -73,9 +74,12 @@ class Provider(ABC):
         return (*devices, *self.emulated)
     installs: bool = True  # the suite installs the profile's driver (and KubeVirt)
     installs_kubevirt: bool = True
+    in_cluster: bool = False  # reached as the pod's service account, not by kubeconfig
 
     def kubeconfig_hint(self) -> str:
         """The kubeconfig in use, for error messages; never raises."""
+        if self.in_cluster:
+            return "the pod's service account"
         try:
             return str(self.kubeconfig())
         except Exception:
@@ -86,7 +90,8 @@ class Provider(ABC):
         """Bring the cluster up (or check that it is reachable)."""
 
     @abstractmethod
-    def kubeconfig(self) -> Path: ...
+    def kubeconfig(self) -> Path | None:
+        """The kubeconfig; None only for a provider reached ``in_cluster``."""
 
     @abstractmethod
     def declared_capabilities(self) -> Capabilities:

@@ -1,5 +1,6 @@
 """``python -m reports catalog [--check]``: write (or check) docs/requirements.md.
-``python -m reports verify BUNDLE``: check a run's certification bundle."""
+``python -m reports verify BUNDLE``: check a run's certification bundle.
+``python -m reports sonobuoy-plugin``: the Sonobuoy plugin definition (README, Sonobuoy)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from reports import bundle
+from core.errors import SuiteUsageError
+from kubevirtci.provider import SANITY_CLIENT_IMAGE, SUITE_IMAGE
+from reports import bundle, sonobuoy
 from reports.catalog import document, marked_tests
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +25,26 @@ def main() -> int:
                          help="fail if docs/requirements.md is not up to date")
     verify = commands.add_parser("verify", help="check a certification bundle")
     verify.add_argument("bundle", type=Path)
+    plugin = commands.add_parser("sonobuoy-plugin", help="print the Sonobuoy plugin definition")
+    plugin.add_argument("--profile", default="reference-nvme",
+                        help="a profile of profiles/ or a vendor's profile file (sent along)")
+    plugin.add_argument("--image", default=SUITE_IMAGE, help="the suite image, as nodes pull it")
+    plugin.add_argument("--sanity-image", default=SANITY_CLIENT_IMAGE,
+                        help="the sanity client image, as nodes pull it")
+    plugin.add_argument("--pytest-args", default="",
+                        help='further pytest arguments, e.g. "-m driver_sanity"')
+    plugin.add_argument("--certify", action="store_true", help="certification mode")
     args = parser.parse_args()
+    if args.command == "sonobuoy-plugin":
+        try:
+            print(sonobuoy.plugin_yaml(profile=args.profile, image=args.image,
+                                       sanity_image=args.sanity_image,
+                                       pytest_args=args.pytest_args, certify=args.certify),
+                  end="")
+        except SuiteUsageError as err:
+            print(err, file=sys.stderr)
+            return 2
+        return 0
     if args.command == "verify":
         problems, notes = bundle.verify(args.bundle)
         for line in problems:

@@ -9,7 +9,12 @@ from core.timeouts import Timeout
 from fixtures import markers, vms
 from fixtures.builders.vmi import HOST_DEVICES, with_claim_reference, with_device
 from fixtures.claims import REQUEST, plain_claim
-from fixtures.device_nodes import identity_problems, node_device_numbers, parse_stat, stat_script
+from fixtures.device_nodes import (
+    assert_the_nodes_devices,
+    node_device_numbers,
+    parse_stat,
+    stat_script,
+)
 from fixtures.devices import PCI_BUS_ID, claim_device_attributes, given_devices
 from fixtures.launcher import (
     COMPUTE,
@@ -86,7 +91,7 @@ def test_metadata_file_at_kubevirt_path_matches_slice_pci_bus_id(
 
 @markers.requirement("INFO-003")
 def test_launcher_vfio_nodes_are_the_nodes_own_devices(kube, objects, namespace, profile,
-                                                        node_client_on):
+                                                        node_client_on, record_property):
     """Identity, not presence: every /dev/vfio node of the compute container, and each
     device node the profile declares, is the node's device at that path (type and
     major:minor): a node at the right path backed by another device fails."""
@@ -99,8 +104,7 @@ def test_launcher_vfio_nodes_are_the_nodes_own_devices(kube, objects, namespace,
                     *profile.container_edits.device_nodes_for(given)})
     node = node_device_numbers(node_client_on(vm.pod["spec"]["nodeName"]), paths)
     inside = parse_stat(compute_exec(kube, vm.pod, ["sh", "-c", stat_script(paths)]))
-    problems = identity_problems(inside, node, "the compute container")
-    assert not problems, problems
+    assert_the_nodes_devices(inside, node, "the compute container", record_property)
 
 
 @markers.requires(Capability.DEVICE_PLUGIN_NVME)

@@ -15,7 +15,7 @@ from core.timeouts import Timeout
 from fixtures import markers
 from fixtures.builders.resourceclaim import new_resource_claim, with_first_available
 from fixtures.claims import REQUEST
-from fixtures.device_nodes import identity_problems, node_device_numbers
+from fixtures.device_nodes import assert_the_nodes_devices, node_device_numbers
 from fixtures.devices import qualified
 from fixtures.sanity import answer_for, metadata_readers, result, unknown_claim
 from kubevirtci.capabilities import Capability
@@ -76,7 +76,7 @@ def test_prepare_returns_cdi_ids_that_resolve_in_a_parsable_spec(plugin, prepare
 @needs_socket
 @markers.requirement("SANITY-015")
 def test_cdi_edits_name_the_allocated_device_and_the_nodes_own_device_nodes(
-    plugin, prepared, profile, device
+    plugin, prepared, profile, device, record_property
 ):
     """What the runtime will inject for the claim: the env the profile declares, with this
     device's values, and each declared device node taken from a host path that is the
@@ -102,9 +102,8 @@ def test_cdi_edits_name_the_allocated_device_and_the_nodes_own_device_nodes(
         numbers = node_device_numbers(plugin.client,
                                       sorted({*paths, *(host_paths[p] for p in paths)}))
         taken = {p: numbers[host_paths[p]] for p in paths}
-        problems = identity_problems(taken, {p: numbers[p] for p in paths},
-                                     "the CDI spec's host path")
-        assert not problems, problems
+        assert_the_nodes_devices(taken, {p: numbers[p] for p in paths},
+                                 "the CDI spec's host path", record_property)
 
 
 def _decoded_metadata(plugin, claim, profile, request=REQUEST):

@@ -21,7 +21,12 @@ from fixtures.builders.pod import (
 from fixtures.builders.resourceclaim import with_request
 from fixtures.builders.resourceclaimtemplate import new_resource_claim_template
 from fixtures.claims import REQUEST, pick_free_device, pinned_claim, plain_claim
-from fixtures.device_nodes import identity_problems, node_device_numbers, parse_stat, stat_script
+from fixtures.device_nodes import (
+    assert_the_nodes_devices,
+    node_device_numbers,
+    parse_stat,
+    stat_script,
+)
 from fixtures.devices import (
     PCI_BUS_ID,
     allocated_devices,
@@ -109,7 +114,7 @@ def _env(listing: str) -> dict[str, str]:
 
 @markers.requirement("POD-005")
 def test_cdi_edits_and_metadata_reach_the_container_and_name_the_allocated_device(
-    kube, objects, namespace, profile, node_client_on
+    kube, objects, namespace, profile, node_client_on, record_property
 ):
     """Identity, not presence: env and metadata name the allocated device, and each device
     node is the node's own (type and major:minor), not just a node at the right path."""
@@ -133,8 +138,8 @@ def test_cdi_edits_and_metadata_reach_the_container_and_name_the_allocated_devic
     if edits.device_nodes:
         paths = edits.device_nodes_for(given)
         node = node_device_numbers(node_client_on(pod["spec"]["nodeName"]), paths)
-        problems = identity_problems(parse_stat(run(stat_script(paths))), node, "the container")
-        assert not problems, problems
+        assert_the_nodes_devices(parse_stat(run(stat_script(paths))), node, "the container",
+                                 record_property)
     if profile.device_metadata:
         stream = run(f"cat {METADATA_ROOT}/resourceclaims/c/{REQUEST}/*-metadata.json")
         metadata = metadata_object(stream, DECODED_BY_1_37)

@@ -8,6 +8,7 @@ import subprocess
 
 from fixtures.device_nodes import (
     DeviceNumber,
+    assert_the_nodes_devices,
     identity_problems,
     node_device_numbers,
     parse_stat,
@@ -62,3 +63,15 @@ def test_the_node_is_asked_through_a_pod_that_sees_only_the_nodes_folders():
     assert [v["hostPath"]["path"] for v in extra] == ["/dev/vfio"]
     mount = next(m for m in container["volumeMounts"] if m["name"] == extra[0]["name"])
     assert mount == {"name": extra[0]["name"], "mountPath": "/node/dev/vfio", "readOnly": True}
+
+
+def test_whether_the_numbers_tell_the_nodes_devices_apart_is_recorded():
+    recorded = {}
+    emulated = {"/dev/vfio/vfio": DeviceNumber("char", 1, 3), "/dev/vfio/12": DeviceNumber(
+        "char", 1, 3)}
+    assert_the_nodes_devices(dict(emulated), emulated, "c", recorded.__setitem__)
+    assert recorded["device_numbers_tell_devices_apart"].startswith(
+        "no: /dev/vfio/12, /dev/vfio/vfio share their numbers")
+    real = {"/dev/vfio/vfio": DeviceNumber("char", 10, 196), "/dev/vfio/12": GROUP}
+    assert_the_nodes_devices(dict(real), real, "c", recorded.__setitem__)
+    assert recorded["device_numbers_tell_devices_apart"] == "yes"

@@ -145,7 +145,7 @@ def test_kubeconfig_and_registry_port_are_parsed_from_the_helpers(checkout):
 def test_images_are_pushed_to_the_cluster_registry_and_pulled_by_its_name(checkout,
                                                                           monkeypatch):
     built = []
-    monkeypatch.setattr("kubevirtci.local.cluster.build_known_archive",
+    monkeypatch.setattr("kubevirtci.local.known_images.build_known_archive",
                         lambda name, archive: built.append((name, archive)))
     runner = RecordingRunner({("cluster-up/cli.sh", "ports"): (0, "41234\n")})
     p = provider(checkout, runner)

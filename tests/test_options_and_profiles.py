@@ -38,11 +38,23 @@ def test_environment_sets_options_and_the_command_line_wins(tmp_path):
     ({"provider": "existing"}, {}, "needs a kubeconfig"),
     ({"kubeconfig": "/nonexistent/kc"}, {}, "does not exist"),
     ({"run_id": "not valid!"}, {}, "not a valid label value"),
+    ({"provider": "existing", "in_cluster": True}, {}, "needs a pod's service account"),
+    ({"in_cluster": True}, {}, "not provider 'local'"),
 ])
 def test_bad_options_give_one_error_naming_the_fix(given, env, message):
     with pytest.raises(SuiteUsageError, match=message) as err:
         options.resolve(FakeConfig(**given), env=env)
     assert "Fix:" in str(err.value)
+
+
+def test_in_cluster_is_the_existing_provider_as_the_pods_service_account(tmp_path,
+                                                                        monkeypatch):
+    token = tmp_path / "token"
+    token.write_text("t")
+    monkeypatch.setattr(options, "SERVICE_ACCOUNT_TOKEN", token)
+    opts = options.resolve(FakeConfig(provider="existing", in_cluster=True),
+                           env={"KUBERNETES_SERVICE_HOST": "10.96.0.1"})
+    assert opts.in_cluster and opts.kubeconfig is None
 
 
 def test_reference_profile_loads():

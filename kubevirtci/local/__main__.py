@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from core.errors import SuiteUsageError
-from kubevirtci.local.cluster import DRIVER_IMAGE, KNOWN_IMAGES, LocalCluster, build_known_archive
+from kubevirtci.local.cluster import LocalCluster
+from kubevirtci.local.known_images import DRIVER_IMAGE, KNOWN_IMAGES, build_known_archive
 from kubevirtci.runner import CommandFailed
 
 

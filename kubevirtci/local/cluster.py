@@ -6,7 +6,6 @@ EMULATED (see driver/emulation): there is no PCI bus here."""
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import sys
 import time
@@ -21,18 +20,17 @@ from core.errors import SuiteUsageError
 from core.timeouts import Timeout
 from kubevirtci.local import components, images, network
 from kubevirtci.local.controlplane import ControlPlane
+from kubevirtci.local.known_images import KNOWN_IMAGES, driver_version
 from kubevirtci.local.layout import ClusterConfig, Layout, port_in_use
 from kubevirtci.local.node_config import PAUSE_IMAGE, NodeCredentials, write_node_root
 from kubevirtci.local.node_init import remove_cgroup
 from kubevirtci.local.nodes import CGROUP_PARENT, HermeticNode
 from kubevirtci.local.pki import CertificateAuthority
 from kubevirtci.local.processes import ProcessSpec, Supervisor
-from kubevirtci.provider import SANITY_CLIENT_IMAGE
 
 if TYPE_CHECKING:
     from core.kube import Kube
 
-DRIVER_IMAGE = "localhost/kdc/nvme-dra-driver:dev"  # as driver/deploy names it
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 BUSYBOX_IMAGE = "localhost/kdc/busybox:dev"
 
@@ -40,16 +38,6 @@ BUSYBOX_IMAGE = "localhost/kdc/busybox:dev"
 def progress(message: str) -> None:
     sys.stderr.write(f"[local] {message}\n")
     sys.stderr.flush()
-
-
-def driver_version() -> str:
-    """Content hash of the driver's sources: the cache key of its build."""
-    digest = hashlib.sha256()
-    for path in sorted(components.DRIVER_DIR.rglob("*")):
-        if path.suffix in (".go", ".mod", ".sum") and "_test" not in path.name:
-            digest.update(path.relative_to(components.DRIVER_DIR).as_posix().encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:12]
 
 
 class LocalCluster:
@@ -301,41 +289,10 @@ class LocalCluster:
 
     def load_known_image(self, name: str) -> bool:
         """Build and load an image this project knows how to build; False if unknown."""
-        spec = KNOWN_IMAGES.get(name)
-        if spec is None:
+        known = KNOWN_IMAGES.get(name)
+        if known is None:
             return False
         program = name.rsplit("/", 1)[-1].split(":", 1)[0]
-        self.load_image_archive(self.image_archive(f"{program}-{driver_version()}",
-                                                   lambda: spec(name)))
+        self.load_image_archive(self.image_archive(f"{program}-{known.version()}",
+                                                   lambda: known.spec(name)))
         return True
-
-
-def driver_programs() -> Path:
-    """The folder of driver/'s programs, built locally (cached by source version)."""
-    return components.build(components.driver_component(driver_version()))
-
-
-def driver_image_spec(name: str) -> images.ImageSpec:
-    """The driver image (no registry, no daemon)."""
-    return images.driver_image(name, driver_programs())
-
-
-def sanity_client_image_spec(name: str) -> images.ImageSpec:
-    """The driver sanity suite's node-side client alone, for its short-lived pods."""
-    return images.sanity_client_image(name, driver_programs())
-
-
-# Images built here from driver/, by the name manifests and the suite use.
-KNOWN_IMAGES: dict[str, Callable[[str], images.ImageSpec]] = {
-    DRIVER_IMAGE: driver_image_spec,
-    SANITY_CLIENT_IMAGE: sanity_client_image_spec,
-}
-
-
-def build_known_archive(name: str, archive: Path) -> Path:
-    """A known image (KNOWN_IMAGES) as an OCI archive at ``archive``."""
-    spec = KNOWN_IMAGES.get(name)
-    if spec is None:
-        raise SuiteUsageError(f"image {name} is not one this project builds",
-                              f"use one of {', '.join(KNOWN_IMAGES)}, or push it yourself")
-    return images.write_oci_archive(spec(name), archive)

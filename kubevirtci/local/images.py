@@ -45,6 +45,7 @@ class ImageSpec:
     entrypoint: list[str] = field(default_factory=list)
     env: list[str] = field(default_factory=lambda: ["PATH=/bin:/usr/bin:/sbin:/usr/sbin"])
     user: str = ""  # the image's default user, as a uid ("" for root)
+    working_dir: str = ""  # the container's working directory ("" for /)
 
 
 def _entry(name: str, **fields: object) -> tarfile.TarInfo:
@@ -119,7 +120,8 @@ def write_oci_archive(spec: ImageSpec, archive: Path) -> Path:
         "architecture": "amd64",
         "os": "linux",
         "config": {"Entrypoint": spec.entrypoint, "Env": spec.env,
-                   **({"User": spec.user} if spec.user else {})},
+                   **({"User": spec.user} if spec.user else {}),
+                   **({"WorkingDir": spec.working_dir} if spec.working_dir else {})},
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
     }
     config_desc = {"mediaType": OCI_CONFIG,

@@ -1,0 +1,129 @@
+"""The images this project builds itself, without a registry or a daemon: the reference
+driver and the sanity client (from driver/), and the suite itself (Sonobuoy plugin mode).
+Each is keyed by the content it is built from, so a cached archive is never stale."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import SuiteUsageError
+from kubevirtci.local import components, debian, images
+from kubevirtci.provider import SANITY_CLIENT_IMAGE, SUITE_IMAGE
+from kubevirtci.runner import StreamingRunner, check
+
+DRIVER_IMAGE = "localhost/kdc/nvme-dra-driver:dev"  # as driver/deploy names it
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+# What the suite image carries of this project: the suites and everything they import,
+# the profiles and the reference driver's manifests (profiles name them).
+SUITE_SOURCES = ("conftest.py", "pyproject.toml", "core", "fixtures", "kubevirtci", "reports",
+                 "suites", "profiles", "driver/deploy")
+SUITE_HOME = "/opt/kdc"
+SUITE_ROOT = debian.RootRecipe(
+    "suite", ("python3", "ca-certificates"), suite="bookworm")  # the host's Python 3.11
+
+
+def driver_version() -> str:
+    """Content hash of the driver's sources: the cache key of its build."""
+    digest = hashlib.sha256()
+    for path in sorted(components.DRIVER_DIR.rglob("*")):
+        if path.suffix in (".go", ".mod", ".sum") and "_test" not in path.name:
+            digest.update(path.relative_to(components.DRIVER_DIR).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def driver_programs() -> Path:
+    """The folder of driver/'s programs, built locally (cached by source version)."""
+    return components.build(components.driver_component(driver_version()))
+
+
+def suite_files() -> dict[str, Path]:
+    """Path in the image -> file of this checkout, for every source the suite runs from."""
+    files = {}
+    for entry in SUITE_SOURCES:
+        source = PROJECT_DIR / entry
+        found = sorted(source.rglob("*")) if source.is_dir() else [source]
+        for path in found:
+            relative = path.relative_to(PROJECT_DIR)
+            if path.is_file() and "__pycache__" not in relative.parts \
+                    and "build" not in relative.parts[:3]:  # kubevirtci/local/build: Go modules
+                files[f"{SUITE_HOME}/suite/{relative.as_posix()}"] = path
+    return files
+
+
+def suite_dependencies() -> list[str]:
+    return tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())["project"]["dependencies"]
+
+
+def suite_version() -> str:
+    digest = hashlib.sha256(repr(SUITE_ROOT).encode())
+    for target, path in sorted(suite_files().items()):
+        digest.update(target.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def python_packages() -> Path:
+    """The suite's Python dependencies, as pip installs them for the image's Python
+    (the host's pip, which reaches PyPI; the image's Python is the same 3.11)."""
+    key = hashlib.sha256("\n".join(suite_dependencies()).encode()).hexdigest()[:12]
+    target = components.CACHE_ROOT / f"suite-python-{key}"
+    if not target.is_dir():
+        staging = target.with_name(target.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        sys.stderr.write("[images] the suite's Python dependencies, from PyPI\n")
+        result = StreamingRunner().run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile",
+             "--python-version", "3.11", "--only-binary=:all:", "--target", str(staging),
+             *suite_dependencies()], label="pip")
+        check(result, "check that PyPI is reachable (pip's own settings apply)")
+        staging.rename(target)
+    return target
+
+
+def suite_image_spec(name: str) -> images.ImageSpec:
+    """The suite on Debian's Python, run as ``python3 -m reports.sonobuoy`` by the
+    Sonobuoy plugin (README, Sonobuoy)."""
+    packages = python_packages()
+    files = suite_files()
+    files.update({f"{SUITE_HOME}/python/{p.relative_to(packages).as_posix()}": p
+                  for p in sorted(packages.rglob("*")) if p.is_file()})
+    return images.ImageSpec(
+        name, root=debian.build_root(SUITE_ROOT), files=files,
+        env=[debian.DEBIAN_PATH, f"PYTHONPATH={SUITE_HOME}/suite:{SUITE_HOME}/python",
+             "PYTHONDONTWRITEBYTECODE=1", "LC_ALL=C.UTF-8", "HOME=/tmp"],
+        entrypoint=["python3", "-m", "reports.sonobuoy"],
+        working_dir=f"{SUITE_HOME}/suite")
+
+
+@dataclass(frozen=True)
+class KnownImage:
+    spec: Callable[[str], images.ImageSpec]
+    version: Callable[[], str]  # the content it is built from
+
+
+KNOWN_IMAGES: dict[str, KnownImage] = {
+    DRIVER_IMAGE: KnownImage(lambda name: images.driver_image(name, driver_programs()),
+                             driver_version),
+    SANITY_CLIENT_IMAGE: KnownImage(
+        lambda name: images.sanity_client_image(name, driver_programs()), driver_version),
+    SUITE_IMAGE: KnownImage(suite_image_spec, suite_version),
+}
+
+
+def known_image(name: str) -> KnownImage:
+    if name not in KNOWN_IMAGES:
+        raise SuiteUsageError(f"image {name} is not one this project builds",
+                              f"use one of {', '.join(KNOWN_IMAGES)}, or push it yourself")
+    return KNOWN_IMAGES[name]
+
+
+def build_known_archive(name: str, archive: Path) -> Path:
+    """A known image as an OCI archive at ``archive``."""
+    return images.write_oci_archive(known_image(name).spec(name), archive)
