@@ -41,6 +41,7 @@ class Timeout(Enum):
     DRIVER_READY = ("the driver DaemonSet is ready on every node", 300)
     SLICES_PUBLISHED = ("the driver publishes ResourceSlices", 120)
     PLUGIN_RESTART = ("a deleted driver plugin pod is replaced and ready", 120)
+    SONOBUOY_RUN = ("Sonobuoy runs the suite's plugin to its end", 3600)
     # Cleanup and shared state
     OBJECTS_DELETED = ("a test's objects are gone", 180)
     NAMESPACE_DELETED = ("the run's namespaces are gone", 180)

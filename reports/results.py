@@ -9,8 +9,9 @@ import pytest
 
 from reports.catalog import REQUIREMENTS, Level
 
-# Outcomes, worst first: a requirement takes the worst outcome of its tests.
-ORDER = ("failed", "skipped", "xfailed", "passed")
+# Outcomes, worst first: a requirement takes the worst outcome of its tests. A test that
+# passed only when retried (pytest-rerunfailures' --reruns) is flaky, never passed.
+ORDER = ("failed", "flaky", "skipped", "xfailed", "passed")
 NOT_RUN = "not run"
 
 
@@ -23,6 +24,8 @@ def catalog_key(nodeid: str) -> str:
 def outcome(report: pytest.TestReport) -> str | None:
     """The test's outcome from one of its phase reports, or None for a passed phase that
     does not decide it (setup and teardown)."""
+    if getattr(report, "outcome", None) == "rerun":  # a failed attempt, retried
+        return "flaky"
     if hasattr(report, "wasxfail"):  # an expected failure, or a non-strict xpass
         if report.skipped:
             return "xfailed"
@@ -48,7 +51,8 @@ def fold(outcomes: Mapping[str, str], tests_by_requirement: Mapping[str, list[st
 
 
 def certification_failures(results: Mapping[str, Mapping[str, object]]) -> list[str]:
-    """Required requirements that did not pass (xfailed: a known bug, not a pass)."""
+    """Required requirements that did not pass (xfailed: a known bug, flaky: passed only
+    when retried; neither is a pass)."""
     return [f"{rid}: {r['status']}" for rid, r in results.items()
             if r["level"] == Level.REQUIRED.value and r["status"] != "passed"]
 

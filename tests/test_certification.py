@@ -16,6 +16,8 @@ from reports.results import NOT_RUN, catalog_key, certification_failures, fold, 
 
 EMULATED = "NVMe controllers are EMULATED"
 
+pytest_plugins = ["pytester"]
+
 
 def passing_outcomes():
     return {f"suites/{t}": "passed" for r in REQUIREMENTS for t in [f"test_{r.id}.py::t"]}
@@ -201,3 +203,40 @@ def test_the_console_is_kept_as_the_terminal_showed_it(tmp_path):
     log.close()
     assert terminal.getvalue() == (tmp_path / "console.log").read_text() == "suites/test_x.py ."
     assert tee.isatty() is False
+
+
+FLAKY_TEST = """
+import itertools
+attempts = itertools.count()
+
+def test_passes_on_its_second_attempt():
+    assert next(attempts) == 1
+
+def test_always_fails():
+    assert False
+"""
+
+
+def test_a_test_that_passed_only_when_retried_is_flaky_never_passed(pytester):
+    """With pytest-rerunfailures' --reruns, the attempts reach the outcome recorder."""
+    pytester.makeconftest("""
+import json
+from reports.results import Outcomes
+
+recorder = Outcomes()
+
+def pytest_configure(config):
+    config.pluginmanager.register(recorder, "kdc-outcomes")
+
+def pytest_sessionfinish(session):
+    with open("outcomes.json", "w") as out:
+        json.dump(recorder.by_test, out)
+""")
+    pytester.makepyfile(test_flaky=FLAKY_TEST)
+    pytester.runpytest("-p", "rerunfailures", "--reruns", "1", "-p", "no:randomly")
+    outcomes = json.loads((pytester.path / "outcomes.json").read_text())
+    assert outcomes == {"test_flaky.py::test_passes_on_its_second_attempt": "flaky",
+                        "test_flaky.py::test_always_fails": "failed"}
+    results = fold({f"suites/{k}": v for k, v in outcomes.items()},
+                   {"PERSIST-001": ["test_flaky.py::test_passes_on_its_second_attempt"]})
+    assert "PERSIST-001: flaky" in certification_failures(results)

@@ -99,6 +99,12 @@ DRA_EXAMPLE_DRIVER = Component(
     tuple(f"sigs.k8s.io/dra-example-driver/cmd/dra-example-{p}"
           for p in ("kubeletplugin", "controller", "webhook")),
 )
+# Sonobuoy, which runs the suite as a plugin inside the cluster (scripts/sonobuoy_run.py).
+SONOBUOY_VERSION = "v0.57.3"
+SONOBUOY = Component(
+    "sonobuoy", SONOBUOY_VERSION, BUILD_DIR / "sonobuoy", ("github.com/vmware-tanzu/sonobuoy",),
+    ldflags=f"-s -w -X github.com/vmware-tanzu/sonobuoy/pkg/buildinfo.Version={SONOBUOY_VERSION}",
+)
 HELM_VERSION = "v4.3.2"
 HELM = Component(
     "helm", HELM_VERSION, BUILD_DIR / "helm", ("helm.sh/helm/v4/cmd/helm",),
