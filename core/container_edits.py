@@ -9,7 +9,7 @@ it (upper case, ``_`` for anything else), ``{device}`` the device's name, and
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,11 @@ class ContainerEdits:
         return [render(path, device) for path in self.device_nodes]
 
 
+def parse_env(entries: Iterable[str]) -> dict[str, str]:
+    """NAME=VALUE entries (a CDI spec's env, the lines of ``env``) as a mapping."""
+    return dict(e.split("=", 1) for e in entries if "=" in e)
+
+
 def env_spelling(request: str) -> str:
     return re.sub(r"[^A-Z0-9]", "_", request.upper())
 
@@ -78,7 +83,7 @@ def template_problems(template: str, field: str) -> list[str]:
 
 def parse(data: Mapping[str, Any], where: str) -> tuple[ContainerEdits, list[str]]:
     """The profile's ``containerEdits`` section and every problem with it."""
-    problems = []
+    problems: list[str] = []
     env = data.get("env") if isinstance(data.get("env"), dict) else {}  # else: the schema's
     nodes = [n for n in data.get("deviceNodes") or [] if isinstance(n, str)]
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tarfile
 import xml.etree.ElementTree as ET
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,25 +29,44 @@ from kubevirtci.provider import SANITY_CLIENT_IMAGE, SUITE_IMAGE
 PLUGIN_NAME = "kubevirt-dra-conformance"
 RESULTS_DIR = "/tmp/sonobuoy/results"  # Sonobuoy's default (SONOBUOY_RESULTS_DIR)
 CONFIG_DIR = "/tmp/sonobuoy/config"  # where Sonobuoy mounts the plugin's config-map
-JUNIT = "junit.xml"
+# Sonobuoy reads every file of this name in the tarball: a name the bundle's own copy
+# (bundle/junit.xml) does not share, so that no test is counted twice.
+JUNIT = f"{PLUGIN_NAME}-junit.xml"
 TARBALL = f"{PLUGIN_NAME}.tar.gz"
+SUITES = Path(__file__).resolve().parent.parent / "suites"
+OUTPUT_TAIL = 4000  # characters of the run's output kept for a session failure
 
 
 def suite_argv(results: Path, extra: Sequence[str]) -> list[str]:
-    return [sys.executable, "-m", "pytest", "suites", "--provider", "existing", "--in-cluster",
+    return [sys.executable, "-m", "pytest", str(SUITES), "--provider", "existing", "--in-cluster",
             f"--junitxml={results / JUNIT}", f"--html={results / 'report.html'}",
             f"--artifacts-dir={results / 'artifacts'}", *extra]
 
 
-def session_failure_junit(path: Path, returncode: int, output: str) -> None:
-    """A JUnit file for a run that wrote none (bad input, unreachable API): Sonobuoy
-    then reports one failed test with the reason instead of a plugin without results."""
-    suites = ET.Element("testsuites")
-    suite = ET.SubElement(suites, "testsuite", name=PLUGIN_NAME, tests="1", failures="1")
+def session_verdict(path: Path, returncode: int, output: str) -> None:
+    """Make a run that did not pass say so in its JUnit. Sonobuoy judges the JUnit alone,
+    and takes a file without a failed test as passed: a run that wrote none (bad input),
+    wrote one with no test (an unreachable API, a cluster refused under --certify, a
+    selection of nothing) or failed beyond its tests (a required requirement not passed)
+    gets one failed test, ``session``, carrying the tail of the run's output."""
+    if returncode == 0:
+        return
+    try:
+        suites = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        suites = ET.Element("testsuites")
+    if next(suites.iter("failure"), None) is not None \
+            or next(suites.iter("error"), None) is not None:
+        return  # the failed tests say it already
+    suite = suites if suites.tag == "testsuite" else suites.find("testsuite")
+    if suite is None:
+        suite = ET.SubElement(suites, "testsuite", name=PLUGIN_NAME)
     case = ET.SubElement(suite, "testcase", classname=PLUGIN_NAME, name="session")
-    failure = ET.SubElement(case, "failure", message=f"pytest exited {returncode} "
-                                                      "without running the suites")
-    failure.text = output[-4000:]
+    failure = ET.SubElement(case, "failure", message=f"pytest exited {returncode}: the run "
+                                                      "did not pass (see its output)")
+    failure.text = output[-OUTPUT_TAIL:]
+    suite.set("tests", str(int(suite.get("tests", "0")) + 1))
+    suite.set("failures", str(int(suite.get("failures", "0")) + 1))
     ET.ElementTree(suites).write(path, encoding="unicode", xml_declaration=True)
 
 
@@ -68,11 +88,15 @@ def run(env: Mapping[str, str]) -> int:
     results.mkdir(parents=True, exist_ok=True)
     argv = suite_argv(results, shlex.split(env.get("KDC_PYTEST_ARGS", "")))
     print(f"[sonobuoy] {shlex.join(argv)}", flush=True)
-    process = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, check=False)
-    sys.stdout.write(process.stdout)  # the container log is the run's console
-    if not (results / JUNIT).is_file():
-        session_failure_junit(results / JUNIT, process.returncode, process.stdout)
+    tail: deque[str] = deque(maxlen=200)
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as process:
+        assert process.stdout is not None
+        for line in process.stdout:  # live: the container log is the run's console
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            tail.append(line)
+    session_verdict(results / JUNIT, process.returncode, "".join(tail))
     print(f"[sonobuoy] results: {pack(results)}", flush=True)
     return 0
 
@@ -93,8 +117,9 @@ def plugin_definition(profile: str, image: str = SUITE_IMAGE,
                 f"profile {path} lists install.manifests, which an in-cluster run does not "
                 "install (provider 'existing': the driver is already there)",
                 "install the driver first and drop install.manifests from the profile")
-        config_map["profile.yaml"] = path.read_text()
-        profile_ref = f"{CONFIG_DIR}/profile.yaml"
+        # under its own file name: a profile's default name is its file's
+        config_map[path.name] = path.read_text()
+        profile_ref = f"{CONFIG_DIR}/{path.name}"
     env = [{"name": "KDC_PROFILE", "value": profile_ref},
            {"name": "KDC_SANITY_IMAGE", "value": sanity_image},
            {"name": "KDC_PYTEST_ARGS", "value": pytest_args}]

@@ -26,6 +26,7 @@ from core.timeouts import Timeout  # noqa: E402
 from kubevirtci.installers import DriverInstaller  # noqa: E402
 from kubevirtci.local import components, images  # noqa: E402
 from kubevirtci.local.cluster import LocalCluster  # noqa: E402
+from kubevirtci.local.known_images import known_image  # noqa: E402
 from kubevirtci.provider import SANITY_CLIENT_IMAGE, SUITE_IMAGE  # noqa: E402
 from kubevirtci.runner import CommandFailed, StreamingRunner, check  # noqa: E402
 from reports import sonobuoy  # noqa: E402
@@ -53,9 +54,8 @@ def load_images(cluster: LocalCluster, profile_images: tuple[str, ...]) -> None:
     cluster.load_image_archive(archive)
     for image in (SUITE_IMAGE, SANITY_CLIENT_IMAGE, *profile_images):
         progress(f"building and importing {image}")
-        if not cluster.load_known_image(image):
-            raise SuiteUsageError(f"image {image} is not one this project builds",
-                                  "use a profile of profiles/ whose images are built here")
+        known_image(image)  # one clear error for an image this project does not build
+        cluster.load_known_image(image)
 
 
 def plugin_status(results: str) -> str:

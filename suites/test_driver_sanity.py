@@ -10,14 +10,20 @@ from collections import Counter, defaultdict
 import pytest
 
 from core import waits
-from core.container_edits import GivenDevice
+from core.container_edits import GivenDevice, parse_env
 from core.timeouts import Timeout
 from fixtures import markers
 from fixtures.builders.resourceclaim import new_resource_claim, with_first_available
 from fixtures.claims import REQUEST
 from fixtures.device_nodes import assert_the_nodes_devices, node_device_numbers
 from fixtures.devices import qualified
-from fixtures.sanity import answer_for, metadata_readers, result, unknown_claim
+from fixtures.sanity import (
+    answer_for,
+    host_path_entries,
+    metadata_readers,
+    result,
+    unknown_claim,
+)
 from kubevirtci.capabilities import Capability
 from kubevirtci.releases import RELEASES
 
@@ -89,9 +95,9 @@ def test_cdi_edits_name_the_allocated_device_and_the_nodes_own_device_nodes(
     ids = [i for d in answer["devices"] for i in d.get("cdi_device_ids") or []]
     assert ids, f"profile {profile.name} declares containerEdits, but prepare returned no CDI ids"
     resolved = plugin.resolve(ids)["devices"]
-    env = dict(e.split("=", 1) for i in ids for e in resolved[i].get("env") or [] if "=" in e)
+    env = parse_env(e for i in ids for e in resolved[i].get("env") or [])
     host_paths = {n["path"]: n["hostPath"] for i in ids
-                  for n in resolved[i].get("deviceNodes") or []}
+                  for n in host_path_entries(resolved[i])}
     given = GivenDevice(REQUEST, device.name, device.attributes)
     expected_env = edits.env_for(given)
     assert {name: env.get(name) for name in expected_env} == expected_env

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from core import waits
+from core.container_edits import parse_env
 from core.timeouts import Timeout
 from fixtures import markers
 from fixtures.builders.pod import (
@@ -21,12 +22,7 @@ from fixtures.builders.pod import (
 from fixtures.builders.resourceclaim import with_request
 from fixtures.builders.resourceclaimtemplate import new_resource_claim_template
 from fixtures.claims import REQUEST, pick_free_device, pinned_claim, plain_claim
-from fixtures.device_nodes import (
-    assert_the_nodes_devices,
-    node_device_numbers,
-    parse_stat,
-    stat_script,
-)
+from fixtures.device_nodes import check_container_device_nodes
 from fixtures.devices import (
     PCI_BUS_ID,
     allocated_devices,
@@ -108,10 +104,6 @@ def test_pinned_claim_gets_the_same_device_back(kube, objects, namespace, profil
         waits.claim_is_deallocated(kube, "c", namespace)
 
 
-def _env(listing: str) -> dict[str, str]:
-    return dict(line.split("=", 1) for line in listing.splitlines() if "=" in line)
-
-
 @markers.requirement("POD-005")
 def test_cdi_edits_and_metadata_reach_the_container_and_name_the_allocated_device(
     kube, objects, namespace, profile, node_client_on, record_property
@@ -133,13 +125,12 @@ def test_cdi_edits_and_metadata_reach_the_container_and_name_the_allocated_devic
         return kube.exec("p", namespace, "ctr", ["sh", "-c", script])
 
     expected_env = edits.env_for(given)
-    env = _env(run("env"))
+    env = parse_env(run("env").splitlines())
     assert {name: env.get(name) for name in expected_env} == expected_env
     if edits.device_nodes:
-        paths = edits.device_nodes_for(given)
-        node = node_device_numbers(node_client_on(pod["spec"]["nodeName"]), paths)
-        assert_the_nodes_devices(parse_stat(run(stat_script(paths))), node, "the container",
-                                 record_property)
+        check_container_device_nodes(run, node_client_on(pod["spec"]["nodeName"]),
+                                     edits.device_nodes_for(given), "the container",
+                                     record_property)
     if profile.device_metadata:
         stream = run(f"cat {METADATA_ROOT}/resourceclaims/c/{REQUEST}/*-metadata.json")
         metadata = metadata_object(stream, DECODED_BY_1_37)

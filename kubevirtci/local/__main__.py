@@ -28,7 +28,8 @@ def parser() -> argparse.ArgumentParser:
     logs = sub.add_parser("logs", help="last lines of a component's log")
     logs.add_argument("component", nargs="?")
     logs.add_argument("-n", "--lines", type=int, default=40)
-    image = sub.add_parser("image", help="build an image of driver/ as an OCI archive")
+    image = sub.add_parser("image", help="build an image this project builds (the driver, "
+                           "the sanity client, the suite) as an OCI archive")
     image.add_argument("--out", required=True, type=Path)
     image.add_argument("--name", default=DRIVER_IMAGE, choices=sorted(KNOWN_IMAGES))
     return top

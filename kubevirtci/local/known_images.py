@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import subprocess
 import sys
 import tomllib
 from collections.abc import Callable
@@ -23,6 +24,7 @@ PROJECT_DIR = Path(__file__).resolve().parents[2]
 # the profiles and the reference driver's manifests (profiles name them).
 SUITE_SOURCES = ("conftest.py", "pyproject.toml", "core", "fixtures", "kubevirtci", "reports",
                  "suites", "profiles", "driver/deploy")
+GO_BUILD_MODULES = Path("kubevirtci/local/build")  # what builds from Go; nothing it imports
 SUITE_HOME = "/opt/kdc"
 SUITE_ROOT = debian.RootRecipe(
     "suite", ("python3", "ca-certificates"), suite="bookworm")  # the host's Python 3.11
@@ -44,16 +46,23 @@ def driver_programs() -> Path:
 
 
 def suite_files() -> dict[str, Path]:
-    """Path in the image -> file of this checkout, for every source the suite runs from."""
-    files = {}
-    for entry in SUITE_SOURCES:
-        source = PROJECT_DIR / entry
-        found = sorted(source.rglob("*")) if source.is_dir() else [source]
-        for path in found:
-            relative = path.relative_to(PROJECT_DIR)
-            if path.is_file() and "__pycache__" not in relative.parts \
-                    and "build" not in relative.parts[:3]:  # kubevirtci/local/build: Go modules
-                files[f"{SUITE_HOME}/suite/{relative.as_posix()}"] = path
+    """Path in the image -> file of this checkout, for every source the suite runs from:
+    the files git tracks (nothing a working tree happens to hold), or, outside a git
+    checkout, every file but caches and the Go build modules."""
+    tracked = subprocess.run(["git", "ls-files", "-z", "--", *SUITE_SOURCES], cwd=PROJECT_DIR,
+                             capture_output=True, check=False)
+    if tracked.returncode == 0 and tracked.stdout:
+        relatives = [Path(p) for p in tracked.stdout.decode().split("\0") if p]
+    else:
+        relatives = [path.relative_to(PROJECT_DIR) for entry in SUITE_SOURCES
+                     for path in ((PROJECT_DIR / entry).rglob("*")
+                                  if (PROJECT_DIR / entry).is_dir() else [PROJECT_DIR / entry])]
+    files: dict[str, Path] = {}
+    for relative in sorted(relatives):
+        path = PROJECT_DIR / relative
+        if path.is_file() and "__pycache__" not in relative.parts \
+                and not relative.is_relative_to(GO_BUILD_MODULES):
+            files[f"{SUITE_HOME}/suite/{relative.as_posix()}"] = path
     return files
 
 

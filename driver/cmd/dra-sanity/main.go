@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 )
 
 func parseClaims(specs []string) ([]*drapb.Claim, error) {
@@ -132,9 +133,19 @@ func resolve(args []string) {
 	fs := flag.NewFlagSet("resolve", flag.ExitOnError)
 	dirs := fs.String("cdi-dir", "/etc/cdi,/var/run/cdi", "comma-separated CDI spec dirs")
 	_ = fs.Parse(args)
-	cache, err := cdi.NewCache(cdi.WithSpecDirs(strings.Split(*dirs, ",")...), cdi.WithAutoRefresh(false))
+	report, err := resolveDevices(strings.Split(*dirs, ","), fs.Args())
 	if err != nil {
 		fail(err)
+	}
+	emit(report)
+}
+
+// resolveDevices is resolve's report: each device id (default: every device the specs
+// define) with whether it resolves and the edits the runtime would apply for it.
+func resolveDevices(dirs, ids []string) (map[string]any, error) {
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
+	if err != nil {
+		return nil, err
 	}
 	specErrors := map[string][]string{}
 	for path, errs := range cache.GetErrors() {
@@ -143,7 +154,6 @@ func resolve(args []string) {
 		}
 	}
 	devices := map[string]any{}
-	ids := fs.Args()
 	if len(ids) == 0 { // every device the specs define: what is prepared on the node
 		ids = cache.ListDevices()
 	}
@@ -153,19 +163,23 @@ func resolve(args []string) {
 			devices[id] = map[string]any{"found": false}
 			continue
 		}
-		// Where the runtime takes each node from: its hostPath, or its path when none.
+		// What the runtime applies for the device: the spec's own edits, then the device's.
+		env := []string{}
 		nodes := []map[string]string{}
-		for _, n := range dev.ContainerEdits.DeviceNodes {
-			host := n.HostPath
-			if host == "" {
-				host = n.Path
+		for _, edits := range []specs.ContainerEdits{dev.GetSpec().ContainerEdits, dev.ContainerEdits} {
+			env = append(env, edits.Env...)
+			for _, n := range edits.DeviceNodes {
+				// Where the runtime takes each node from: its hostPath, or its path when none.
+				host := n.HostPath
+				if host == "" {
+					host = n.Path
+				}
+				nodes = append(nodes, map[string]string{"path": n.Path, "hostPath": host})
 			}
-			nodes = append(nodes, map[string]string{"path": n.Path, "hostPath": host})
 		}
 		devices[id] = map[string]any{
-			"found": true, "spec": dev.GetSpec().GetPath(),
-			"env": dev.ContainerEdits.Env, "deviceNodes": nodes,
+			"found": true, "spec": dev.GetSpec().GetPath(), "env": env, "deviceNodes": nodes,
 		}
 	}
-	emit(map[string]any{"devices": devices, "specErrors": specErrors})
+	return map[string]any{"devices": devices, "specErrors": specErrors}, nil
 }
