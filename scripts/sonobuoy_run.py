@@ -40,9 +40,12 @@ def progress(message: str) -> None:
     sys.stderr.write(f"[sonobuoy] {message}\n")
 
 
-def sonobuoy_cli(cluster: LocalCluster, *args: str) -> str:
+def sonobuoy_cli(cluster: LocalCluster | None, *args: str) -> str:
+    """A Sonobuoy command, against the cluster (None: offline, as ``results`` is)."""
     program = components.build(SONOBUOY) / "sonobuoy"
-    argv = [str(program), *args, "--kubeconfig", str(cluster.layout.admin_kubeconfig)]
+    argv = [str(program), *args]
+    if cluster is not None:
+        argv += ["--kubeconfig", str(cluster.layout.admin_kubeconfig)]
     return check(StreamingRunner().run(argv, label="sonobuoy"),
                  "see Sonobuoy's message above").stdout
 
@@ -81,7 +84,7 @@ def run(profile_name: str, pytest_args: str) -> int:
                      "--skip-preflight", f"--wait={Timeout.SONOBUOY_RUN.seconds // 60:.0f}",
                      "--timeout", f"{Timeout.SONOBUOY_RUN.seconds:.0f}")
         tarball = sonobuoy_cli(cluster, "retrieve", str(OUTPUT)).strip().splitlines()[-1]
-        results = sonobuoy_cli(cluster, "results", tarball, "--plugin", sonobuoy.PLUGIN_NAME)
+        results = sonobuoy_cli(None, "results", tarball, "--plugin", sonobuoy.PLUGIN_NAME)
     finally:
         sonobuoy_cli(cluster, "delete", f"--wait={Timeout.NAMESPACE_DELETED.seconds // 60:.0f}")
     status = plugin_status(results)

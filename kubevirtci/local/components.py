@@ -100,7 +100,7 @@ DRA_EXAMPLE_DRIVER = Component(
           for p in ("kubeletplugin", "controller", "webhook")),
 )
 # Sonobuoy, which runs the suite as a plugin inside the cluster (scripts/sonobuoy_run.py).
-SONOBUOY_VERSION = "v0.57.3"
+SONOBUOY_VERSION = "v0.57.5"
 SONOBUOY = Component(
     "sonobuoy", SONOBUOY_VERSION, BUILD_DIR / "sonobuoy", ("github.com/vmware-tanzu/sonobuoy",),
     ldflags=f"-s -w -X github.com/vmware-tanzu/sonobuoy/pkg/buildinfo.Version={SONOBUOY_VERSION}",
