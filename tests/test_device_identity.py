@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from fixtures.device_nodes import (
     DeviceNumber,
     assert_the_nodes_devices,
@@ -75,3 +77,12 @@ def test_whether_the_numbers_tell_the_nodes_devices_apart_is_recorded():
     real = {"/dev/vfio/vfio": DeviceNumber("char", 10, 196), "/dev/vfio/12": GROUP}
     assert_the_nodes_devices(dict(real), real, "c", recorded.__setitem__)
     assert recorded["device_numbers_tell_devices_apart"] == "yes"
+
+
+def test_a_sanity_client_older_than_the_suite_is_named_not_a_type_error():
+    from fixtures.sanity import host_path_entries
+
+    entries = [{"path": "/dev/vfio/12", "hostPath": "/dev/vfio/12"}]
+    assert host_path_entries({"deviceNodes": entries}) == entries
+    with pytest.raises(pytest.fail.Exception, match="older than this suite"):
+        host_path_entries({"deviceNodes": ["/dev/vfio/12"]})
