@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,14 +30,21 @@ SUITE_ROOT = debian.RootRecipe(
     "suite", ("python3", "ca-certificates"), suite="bookworm")  # the host's Python 3.11
 
 
+def content_hash(named_files: Iterable[tuple[str, Path]], salt: str = "") -> str:
+    """A cache key: each file's name and bytes, in the order given, after ``salt``."""
+    digest = hashlib.sha256(salt.encode())
+    for name, path in named_files:
+        digest.update(name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def driver_version() -> str:
     """Content hash of the driver's sources: the cache key of its build."""
-    digest = hashlib.sha256()
-    for path in sorted(components.DRIVER_DIR.rglob("*")):
-        if path.suffix in (".go", ".mod", ".sum") and "_test" not in path.name:
-            digest.update(path.relative_to(components.DRIVER_DIR).as_posix().encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:12]
+    return content_hash(
+        (path.relative_to(components.DRIVER_DIR).as_posix(), path)
+        for path in sorted(components.DRIVER_DIR.rglob("*"))
+        if path.suffix in (".go", ".mod", ".sum") and "_test" not in path.name)
 
 
 def driver_programs() -> Path:
@@ -71,11 +78,8 @@ def suite_dependencies() -> list[str]:
 
 
 def suite_version() -> str:
-    digest = hashlib.sha256(repr(SUITE_ROOT).encode())
-    for target, path in sorted(suite_files().items()):
-        digest.update(target.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:12]
+    """Content hash of the suite's sources and the recipe of its Debian root."""
+    return content_hash(sorted(suite_files().items()), salt=repr(SUITE_ROOT))
 
 
 def python_packages() -> Path:
