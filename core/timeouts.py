@@ -37,6 +37,7 @@ class Timeout(Enum):
     KUBEVIRT_OPERATOR_READY = ("virt-operator is available", 180)
     KUBEVIRT_COMPONENT = ("virt-api or virt-controller is available", 300)
     KUBEVIRT_AVAILABLE = ("KubeVirt reports Available", 900)
+    KUBEVIRT_REMOVED = ("KubeVirt's operator removes what it deployed", 300)
     KUBEVIRT_CONFIG = ("virt-api applies a KubeVirt configuration change", 120)
     DRIVER_READY = ("the driver DaemonSet is ready on every node", 300)
     SLICES_PUBLISHED = ("the driver publishes ResourceSlices", 120)

@@ -18,8 +18,6 @@ class Capability(StrEnum):
     DRA_DRIVER = "dra-driver"  # the profile's driver publishes ResourceSlices
     KUBEVIRT = "kubevirt"  # KubeVirt's API and admission served (virt-api available)
     RUNNING_VMS = "running-vms"  # VMs run: KubeVirt Deployed, its node agents ready
-    # virt-controller renders a launcher for a VMI with DRA host devices
-    LAUNCHER_RENDERS_DRA = "launcher-renders-dra"
     KUBEVIRT_DRA_GATES = "kubevirt-dra-gates"  # HostDevices + HostDevicesWithDRA + GPUsWithDRA
     LAUNCHER_METADATA = "launcher-metadata"  # KubeVirt >= 1.8 reads KEP-5304 metadata files
     KUBEVIRT_DEVICE_STATUS = "kubevirt-device-status"  # KubeVirt 1.6/1.7 deviceStatus

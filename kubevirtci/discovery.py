@@ -38,12 +38,13 @@ class ClusterFacts:
         return release_for(parse_version(self.kubevirt_version))
 
 
-def parse_version(version: str | None) -> tuple[int, int] | None:
+def parse_version(version: str | None) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a release or of a build of a tree (`git describe`)."""
     if not version:
         return None
     core = version.lstrip("v").split("-")[0].split("+")[0].split(".")
     try:
-        return int(core[0]), int(core[1])
+        return int(core[0]), int(core[1]), int(core[2]) if len(core) > 2 else 0
     except (IndexError, ValueError):
         return None
 
@@ -155,7 +156,6 @@ def _kubevirt_capabilities(facts: ClusterFacts, caps: Capabilities) -> None:
     kubevirt_dependent = (
         Capability.KUBEVIRT,
         Capability.RUNNING_VMS,
-        Capability.LAUNCHER_RENDERS_DRA,
         Capability.KUBEVIRT_DRA_GATES,
         Capability.LAUNCHER_METADATA,
         Capability.KUBEVIRT_DEVICE_STATUS,
@@ -189,23 +189,14 @@ def _kubevirt_capabilities(facts: ClusterFacts, caps: Capabilities) -> None:
         )
     else:
         caps.grant(Capability.KUBEVIRT_DRA_GATES)
-    version = parse_version(facts.kubevirt_version) or (0, 0)
+    version = parse_version(facts.kubevirt_version) or (0, 0, 0)
     release = release_for(version)
     if release is None:
         why = (f"KubeVirt {facts.kubevirt_version} is older than v1.6, which brought DRA"
-               if version > (0, 0) else
+               if version > (0, 0, 0) else
                f"KubeVirt's version {facts.kubevirt_version!r} cannot be read as a release")
-        for cap in (Capability.LAUNCHER_RENDERS_DRA, Capability.LAUNCHER_METADATA,
-                    Capability.KUBEVIRT_DEVICE_STATUS):
+        for cap in (Capability.LAUNCHER_METADATA, Capability.KUBEVIRT_DEVICE_STATUS):
             caps.deny(cap, why)
-    elif facts.kubevirt_permits_host_devices and \
-            not release.renders_dra_with_permitted_host_devices:
-        caps.deny(Capability.LAUNCHER_RENDERS_DRA,
-                  f"KubeVirt {facts.kubevirt_version} refuses to render a launcher for DRA "
-                  "host devices while permittedHostDevices is configured (\"HostDevice  is "
-                  "not permitted\"; fixed in v1.9.0)")
-    else:
-        caps.grant(Capability.LAUNCHER_RENDERS_DRA)
     if release is not None and release.metadata_versions:
         caps.grant(Capability.LAUNCHER_METADATA)
         caps.deny(Capability.KUBEVIRT_DEVICE_STATUS,

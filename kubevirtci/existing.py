@@ -13,7 +13,6 @@ from kubevirtci.provider import Node, NodeCommandFailed, Provider
 class ExistingProvider(Provider):
     name = "existing"
     installs = False  # an existing cluster brings its own KubeVirt and driver
-    installs_kubevirt = False
 
     def __init__(self, kubeconfig: Path | None) -> None:
         """``kubeconfig`` None: in the cluster, as the pod's service account."""

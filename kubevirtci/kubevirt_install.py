@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import copy
 import urllib.request
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 import yaml
 from kubernetes.client.rest import ApiException
@@ -14,7 +15,7 @@ from kubernetes.client.rest import ApiException
 from core.errors import SuiteUsageError
 from core.kube import Kube
 from core.timeouts import Timeout, WaitFailed, WaitTimeout
-from core.waits import Verdict, has_condition, poll, wait_for
+from core.waits import Verdict, has_condition, is_absent, poll, wait_for
 from kubevirtci.discovery import DRA_GATES, parse_version
 from kubevirtci.installers import pod_failure, pods_of, progress
 
@@ -25,14 +26,6 @@ NVME_DEVICE_PLUGIN = {
 RELEASE_URL = "https://github.com/kubevirt/kubevirt/releases/download/{version}/{file}"
 CR_NAME = "kubevirt"
 CONTROL_PLANE = ("virt-api", "virt-controller")  # what the operator deploys first
-
-
-class KubeVirtSource(Protocol):
-    """Where a provider's KubeVirt comes from and what its cluster needs configured."""
-
-    def kubevirt_operator_manifest(self, version: str) -> list[dict[str, Any]]: ...
-
-    def kubevirt_configuration(self, version: str) -> dict[str, Any]: ...
 
 
 def release_operator_manifest(version: str) -> list[dict[str, Any]]:
@@ -76,11 +69,17 @@ def kubevirt_cr(namespace: str, configuration: dict[str, Any]) -> dict[str, Any]
 
 
 class KubeVirtInstaller:
-    def __init__(self, kube: Kube, version: str, source: KubeVirtSource,
-                 await_node_agents: bool = True) -> None:
+    """Installs KubeVirt from ``manifest()`` (its operator manifest), or replaces the
+    installed KubeVirt when it is another build; ``manifest`` None: KubeVirt was
+    deployed by other means (a tree's ``make cluster-sync``) and gets its gates only."""
+
+    def __init__(self, kube: Kube, version: str,
+                 manifest: Callable[[], list[dict[str, Any]]] | None,
+                 configuration: dict[str, Any], await_node_agents: bool = True) -> None:
         self.kube = kube
         self.version = version
-        self.source = source
+        self.manifest = manifest
+        self.configuration = configuration
         self.await_node_agents = await_node_agents
 
     def existing_cr(self) -> dict[str, Any] | None:
@@ -96,9 +95,17 @@ class KubeVirtInstaller:
         """Returns what was done, for the run log."""
         cr = self.existing_cr()
         action = "already installed"
+        installed = installed_version(cr)
+        if cr is not None and self.manifest is not None and installed != self.version:
+            progress(f"KubeVirt {installed} is installed: removing it for {self.version}")
+            self._remove(cr)
+            cr, action = None, f"replaced {installed}: "
         if cr is None:
+            if self.manifest is None:
+                raise SuiteUsageError("KubeVirt was to be deployed, and no KubeVirt CR exists",
+                                      "check the deployment's output above")
             progress(f"installing KubeVirt {self.version}: operator manifest")
-            docs = self.source.kubevirt_operator_manifest(self.version)
+            docs = self.manifest()
             for doc in docs:
                 self.kube.apply(doc)
             operator = next(d for d in docs if d["kind"] == "Deployment")
@@ -109,11 +116,9 @@ class KubeVirtInstaller:
             wait_for_deployment(self.kube, operator["metadata"]["name"], namespace,
                                 Timeout.KUBEVIRT_OPERATOR_READY)
             progress("creating the KubeVirt CR (DRA gates, HostDevices, NVMe device plugin)")
-            cr = self.kube.apply(kubevirt_cr(
-                namespace, self.source.kubevirt_configuration(self.version)))
-            action = f"installed {self.version} with its operator"
-        else:
-            self._check_version(cr)
+            cr = self.kube.apply(kubevirt_cr(namespace, self.configuration))
+            action = ("" if action == "already installed" else action) + \
+                f"installed {self.version} with its operator"
         patch = kubevirt_cr_patch(cr)
         namespace, name = cr["metadata"]["namespace"], cr["metadata"]["name"]
         if patch is not None:
@@ -128,17 +133,23 @@ class KubeVirtInstaller:
                      "KubeVirt Available")
         return action
 
+    def _remove(self, cr: dict[str, Any]) -> None:
+        """Delete the KubeVirt CR and wait until its operator has removed what it
+        deployed (KubeVirt's uninstall); the operator itself is replaced by the apply."""
+        name, namespace = cr["metadata"]["name"], cr["metadata"]["namespace"]
+        self.kube.delete("KubeVirt", name, namespace)
+        wait_for(self.kube, "KubeVirt", name, namespace, is_absent, Timeout.KUBEVIRT_REMOVED,
+                 "the KubeVirt CR and its components to be removed")
+        for component in (*CONTROL_PLANE, "virt-handler"):
+            kind = "DaemonSet" if component == "virt-handler" else "Deployment"
+            wait_for(self.kube, kind, component, namespace, is_absent,
+                     Timeout.KUBEVIRT_REMOVED, f"{component} to be removed")
 
-    def _check_version(self, cr: dict[str, Any]) -> None:
-        status = cr.get("status") or {}
-        installed = status.get("observedKubeVirtVersion") or status.get("operatorVersion")
-        if installed and installed != self.version:
-            raise SuiteUsageError(
-                f"KubeVirt {installed} is installed, but --kubevirt-version asks for "
-                f"{self.version}",
-                f"pass --kubevirt-version {installed}, or start from a cluster without "
-                "KubeVirt (on the hermetic cluster: kdc-cluster down)",
-            )
+
+def installed_version(cr: dict[str, Any] | None) -> str | None:
+    """The KubeVirt build a CR reports as deployed."""
+    status = (cr or {}).get("status") or {}
+    return status.get("observedKubeVirtVersion") or status.get("operatorVersion")
 
 
 def deployment_available(kube: Kube, name: str, namespace: str) -> Verdict:

@@ -127,6 +127,12 @@ class KubevirtciProvider(Provider):
                 path.chmod(0o755 if path.is_dir() or path.suffix == ".sh" else 0o644)
             staging.rename(self.checkout)
 
+    def tooling_env(self) -> dict[str, str]:
+        """What a KubeVirt tree's ``make cluster-sync`` needs to reach this cluster: the
+        same kubevirtci settings and configuration folder the cluster was brought up
+        with."""
+        return {**self.env(), "KUBEVIRTCI_CONFIG_PATH": str(self.checkout / "_ci-configs")}
+
     def run(self, argv: list[str], hint: str) -> str:
         result = self.runner.run(argv, env=self.env(), cwd=self.checkout, label="kubevirtci")
         return check(result, hint).stdout

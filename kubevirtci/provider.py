@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.errors import SuiteUsageError
 from core.profile import GuestImage
 from kubevirtci.capabilities import Capabilities
 
@@ -60,21 +61,33 @@ class Node(ABC):
 
 
 class Provider(ABC):
+    """Infrastructure only, as kind's provider is: bring the cluster up and down, its
+    kubeconfig, its nodes, loading an image, and the facts of its machines. Which
+    KubeVirt runs on it is kubevirtci/kubevirt_source.py's business."""
+
     name: str
     # Parts of the cluster that stand in for hardware this host lacks; printed in every
     # report header. Empty on providers with real hardware.
     emulated: tuple[str, ...] = ()
     # Parts that only a run whose devices are the emulated NVMe controllers uses.
     emulated_devices: tuple[str, ...] = ()
-
-    def emulated_parts(self, pci_vendor_device: str | None) -> tuple[str, ...]:
-        """What a run of a profile with these devices uses that is emulated: the device
-        notes only when the profile's devices are the emulated controllers."""
-        devices = self.emulated_devices if pci_vendor_device == EMULATED_NVME_ID else ()
-        return (*devices, *self.emulated)
+    # Parts that only VMs use (printed where KubeVirt runs), and those only VMs given the
+    # emulated NVMe controllers use.
+    emulated_for_vms: tuple[str, ...] = ()
+    emulated_device_vms: tuple[str, ...] = ()
     installs: bool = True  # the suite installs the profile's driver (and KubeVirt)
-    installs_kubevirt: bool = True
     in_cluster: bool = False  # reached as the pod's service account, not by kubeconfig
+    pulls_public_images: bool = True  # nodes pull released images from public registries
+    node_kvm: bool = True  # nodes offer KVM to VMs (else QEMU emulates the CPU: TCG)
+
+    def emulated_parts(self, pci_vendor_device: str | None, vms: bool) -> tuple[str, ...]:
+        """What a run of a profile with these devices uses that is emulated: the device
+        notes only when the profile's devices are the emulated controllers, the VM notes
+        only where VMs run."""
+        nvme = pci_vendor_device == EMULATED_NVME_ID
+        return (*(self.emulated_devices if nvme else ()),
+                *(self.emulated_device_vms if nvme and vms else ()),
+                *(self.emulated_for_vms if vms else ()), *self.emulated)
 
     def kubeconfig_hint(self) -> str:
         """The kubeconfig in use, for error messages; never raises."""
@@ -105,16 +118,20 @@ class Provider(ABC):
     def load_images(self, images: list[str]) -> None:
         """Make locally built images available to the cluster's nodes."""
 
-    def kubevirt_operator_manifest(self, version: str) -> list[dict[str, Any]]:
-        """KubeVirt's operator manifest for ``version``: its release's, as users apply it."""
-        from kubevirtci.kubevirt_install import release_operator_manifest
+    def load_image_archives(self, archives: list[Path]) -> None:
+        """``kind load image-archive``: the images of these OCI archives onto every node."""
+        raise SuiteUsageError(f"provider {self.name} cannot load image archives",
+                              "push the images to a registry its nodes pull from")
 
-        return release_operator_manifest(version)
+    def emulated_vfio_front(self) -> Path | None:
+        """The EMULATED VFIO hop a launcher image built here carries in front of QEMU
+        (None: a provider whose nodes have real VFIO, or none)."""
+        return None
 
-    def kubevirt_configuration(self, version: str) -> dict[str, Any]:
-        """``spec.configuration`` the KubeVirt CR needs on this provider's cluster (the
-        installer adds the DRA gates and the NVMe device-plugin path)."""
-        return {}
+    def tooling_env(self) -> dict[str, str] | None:
+        """The environment under which KubeVirt's own cluster tooling (a tree's
+        ``make cluster-sync``) reaches this cluster; None where it cannot."""
+        return None
 
     def guest(self) -> GuestImage | None:
         """The guest this provider's VMs boot instead of the profile's (None: the

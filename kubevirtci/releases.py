@@ -1,6 +1,12 @@
 """What each KubeVirt release does with DRA, read from its own code (the module of each
-release: v1.6.1, v1.7.0, v1.8.4, v1.9.0). Capabilities and the suites' expectations are
-keyed to the release under test from here, in one place."""
+release: v1.6.1, v1.7.0, v1.8.1 to v1.8.4, v1.9.0), keyed by patch release where the
+patch releases of one minor differ (1.8.3 changed the metadata path, its decoding,
+admission and the launcher's claims). Capabilities, the suites' expectations and the
+KubeVirt bugs they expect are keyed to the release under test from here, in one place.
+
+A feature a release lacks skips the tests that need it. A bug never does: the tests on
+its path run as strict xfails naming the upstream fix, so a release where they pass
+shows XPASS (and this table is corrected)."""
 
 from __future__ import annotations
 
@@ -8,6 +14,11 @@ from dataclasses import dataclass
 
 METADATA_V1ALPHA1 = "metadata.resource.k8s.io/v1alpha1"
 METADATA_V1BETA1 = "metadata.resource.k8s.io/v1beta1"
+# The KEP-5304 layout (kubelet, Kubernetes 1.36+) and the one KubeVirt 1.8.0-1.8.2 read.
+KEP_5304_ROOT = "/var/run/kubernetes.io/dra-device-attributes"
+PRE_KEP_ROOT = "/var/run/dra-device-attributes"
+
+Version = tuple[int, int, int]
 
 
 @dataclass(frozen=True)
@@ -17,8 +28,26 @@ class Gate:
 
 
 @dataclass(frozen=True)
+class KnownBug:
+    """A KubeVirt bug in a release's code on one path of the suites (a marker of
+    fixtures/markers.py): the tests on that path are strict xfails naming it."""
+
+    path: str
+    summary: str
+    upstream: str  # the fix (or the report), owner/repo#number
+    fixed_in: str  # the first release with the fix
+    # Only where the KubeVirt CR configures permittedHostDevices.
+    needs_permitted_host_devices: bool = False
+
+    def reason(self, version: str) -> str:
+        return (f"KubeVirt {version} bug: {self.summary} ({self.upstream}, fixed in "
+                f"{self.fixed_in})")
+
+
+@dataclass(frozen=True)
 class Release:
-    minor: tuple[int, int]
+    since: Version  # the first patch release these facts hold for
+    read: tuple[str, ...]  # the releases whose code they were read from
     kubevirtci_tag: str  # kubevirtci/cluster-up/version.txt in the release's module
     gates: dict[str, Gate]  # DRA-related feature gates (pkg/virt-config/featuregate)
     # VEP-10 admission rules on DRA host devices that virt-api enforces (rule ids of
@@ -26,36 +55,43 @@ class Release:
     admission_rules: frozenset[str]
     # KEP-5304 metadata versions virt-launcher decodes (pkg/dra/utils.go); empty: none.
     metadata_versions: tuple[str, ...]
+    metadata_root: str | None  # where virt-launcher reads them
     # Slice attribute virt-controller copies into status.deviceStatus as the PCI address
     # (pkg/virt-controller/watch/dra/dra.go); None: the release has no deviceStatus.
     device_status_pci_attribute: str | None
     template_claims_via: str
-    # virt-controller renders a launcher for DRA host devices while permittedHostDevices
-    # is configured (renderresources.go validatePermittedHostDevices skips claim-backed
-    # devices from v1.9.0 on).
-    renders_dra_with_permitted_host_devices: bool
+    bugs: tuple[KnownBug, ...] = ()
     device_status_caveat: str | None = None  # a KubeVirt bug in how deviceStatus is filled
 
     @property
     def name(self) -> str:
-        return f"v{self.minor[0]}.{self.minor[1]}"
+        return "/".join(self.read)
 
     def default_on_gates(self) -> set[str]:
         return {name for name, gate in self.gates.items() if gate.default_on}
+
+    def bugs_on(self, path: str, permits_host_devices: bool) -> list[KnownBug]:
+        """The bugs that break ``path`` on a cluster configured so."""
+        return [bug for bug in self.bugs if bug.path == path
+                and (permits_host_devices or not bug.needs_permitted_host_devices)]
 
     def summary(self) -> str:
         """What the suite expects of this release, for the report header."""
         gates = ", ".join(f"{name} {gate.maturity}{' (on by default)' if gate.default_on else ''}"
                           for name, gate in sorted(self.gates.items()))
-        address = (f"KEP-5304 metadata ({', '.join(self.metadata_versions)})"
-                   if self.metadata_versions else
+        address = (f"KEP-5304 metadata ({', '.join(self.metadata_versions)}) under "
+                   f"{self.metadata_root}" if self.metadata_versions else
                    f"status.deviceStatus, filled from {self.device_status_pci_attribute}")
+        bugs = "; ".join(f"{b.upstream} ({b.path})" for b in self.bugs) or "none"
         return (f"{self.name} (from its code): gates {gates}; PCI address from {address}; "
-                f"template claims found through {self.template_claims_via}")
+                f"template claims found through {self.template_claims_via}; known bugs: "
+                f"{bugs}")
 
 
 _ALPHA_OFF = Gate("Alpha", False)
 _BETA_ON = Gate("Beta", True)
+_GATES_UP_TO_1_8 = {"HostDevices": _ALPHA_OFF, "HostDevicesWithDRA": _ALPHA_OFF,
+                    "GPUsWithDRA": _ALPHA_OFF}
 
 # v1.6 and v1.7 check DRA only on GPUs; host devices with claims pass admission unchecked.
 _HOST_DEVICE_RULES_V1_8 = frozenset({
@@ -68,40 +104,66 @@ _HOST_DEVICE_RULES_V1_8 = frozenset({
 _POD_STATUS = "the launcher pod's status.resourceClaimStatuses"
 _METADATA_DIR = ("the KEP-5304 metadata folder resourceclaimtemplates/<VMI claim name>/"
                  "<request> in the launcher")
+_PODCLAIMNAME = ("the podClaimName field of any metadata file under <root>/*/<request> in "
+                 "the launcher")
 # pkg/virt-controller/watch/dra/dra.go: PCIAddressDeviceAttributeKey
 _PCIE_ROOT_AS_ADDRESS = (
     "takes the device's PCI address from resource.kubernetes.io/pcieRoot, which names the "
     "root complex, not the function (kubernetes/kubernetes#134569); v1.8 reads pciBusID "
     "from KEP-5304 metadata instead")
 
-RELEASES: dict[tuple[int, int], Release] = {
-    (1, 6): Release(
-        (1, 6), "2507072117-b751e332",
-        {"HostDevices": _ALPHA_OFF, "HostDevicesWithDRA": _ALPHA_OFF, "GPUsWithDRA": _ALPHA_OFF},
-        frozenset(), (), "resource.kubernetes.io/pcieRoot", _POD_STATUS, False,
+# The paths of fixtures/markers.py that a release's bugs break.
+DRA_LAUNCHER = "dra_launcher"  # a VMI whose launcher carries DRA host devices
+# renderresources.go validatePermittedHostDevices checks every hostDevices entry against
+# permittedHostDevices, and a DRA entry has no deviceName: "HostDevice  is not permitted".
+PERMITTED_HOST_DEVICES_BLOCK_DRA = KnownBug(
+    DRA_LAUNCHER, "virt-controller refuses to render a launcher for DRA host devices while "
+    "permittedHostDevices is configured (\"HostDevice  is not permitted in "
+    "permittedHostDevices configuration\")", "kubevirt/kubevirt#17385", "v1.9.0",
+    needs_permitted_host_devices=True)
+# pkg/dra/utils.go DefaultMetadataBasePath of 1.8.0-1.8.2: files the kubelet never writes.
+PRE_KEP_METADATA_PATH = KnownBug(
+    DRA_LAUNCHER, f"virt-launcher reads device metadata under {PRE_KEP_ROOT}/<claim>/"
+    f"<request>, not the KEP-5304 path the kubelet writes ({KEP_5304_ROOT}/resourceclaims/"
+    "...)", "kubevirt/kubevirt#17028", "v1.8.3")
+RELEASES: tuple[Release, ...] = (
+    Release(
+        (1, 6, 0), ("v1.6.1",), "2507072117-b751e332", _GATES_UP_TO_1_8, frozenset(), (), None,
+        "resource.kubernetes.io/pcieRoot", _POD_STATUS,
+        (PERMITTED_HOST_DEVICES_BLOCK_DRA,),
         _PCIE_ROOT_AS_ADDRESS),
-    (1, 7): Release(
-        (1, 7), "2510241540-9fd40b1c",
-        {"HostDevices": _ALPHA_OFF, "HostDevicesWithDRA": _ALPHA_OFF, "GPUsWithDRA": _ALPHA_OFF},
-        frozenset(), (), "resource.kubernetes.io/pcieRoot", _POD_STATUS, False,
+    Release(
+        (1, 7, 0), ("v1.7.0",), "2510241540-9fd40b1c", _GATES_UP_TO_1_8, frozenset(), (), None,
+        "resource.kubernetes.io/pcieRoot", _POD_STATUS,
+        (PERMITTED_HOST_DEVICES_BLOCK_DRA,),
         _PCIE_ROOT_AS_ADDRESS),
-    (1, 8): Release(
-        (1, 8), "2602190951-056f8f79",
-        {"HostDevices": _ALPHA_OFF, "HostDevicesWithDRA": _ALPHA_OFF, "GPUsWithDRA": _ALPHA_OFF},
-        _HOST_DEVICE_RULES_V1_8, (METADATA_V1ALPHA1,), None, _METADATA_DIR, False),
-    (1, 9): Release(
-        (1, 9), "2606300938-ede497bd",
-        {"HostDevices": _ALPHA_OFF, "HostDevicesWithDRA": _BETA_ON, "GPUsWithDRA": _BETA_ON,
+    # 1.8.0-1.8.2 decode one JSON object whatever its apiVersion (a v1alpha1 shape).
+    Release(
+        (1, 8, 0), ("v1.8.1", "v1.8.2"), "2602190951-056f8f79", _GATES_UP_TO_1_8,
+        _HOST_DEVICE_RULES_V1_8, (METADATA_V1ALPHA1,), PRE_KEP_ROOT, None, _PODCLAIMNAME,
+        (PERMITTED_HOST_DEVICES_BLOCK_DRA, PRE_KEP_METADATA_PATH)),
+    # pkg/dra/admitter/dra_admitter.go of 1.8.3: DRA and device-plugin GPUs in one VMI.
+    Release(
+        (1, 8, 3), ("v1.8.3", "v1.8.4"), "2602190951-056f8f79", _GATES_UP_TO_1_8,
+        _HOST_DEVICE_RULES_V1_8, (METADATA_V1ALPHA1,), KEP_5304_ROOT, None, _METADATA_DIR,
+        (PERMITTED_HOST_DEVICES_BLOCK_DRA,)),
+    Release(
+        (1, 9, 0), ("v1.9.0",), "2606300938-ede497bd",
+        {**_GATES_UP_TO_1_8, "HostDevicesWithDRA": _BETA_ON, "GPUsWithDRA": _BETA_ON,
          "NetworkDevicesWithDRA": _ALPHA_OFF},
         # pkg/dra/admitter/dra_admitter.go validateResourceClaims: DNS-label claim names
         _HOST_DEVICE_RULES_V1_8 | {"claim-name-not-dns-label"},
-        (METADATA_V1ALPHA1,), None, _METADATA_DIR, True),
-}
-OLDEST, NEWEST = min(RELEASES), max(RELEASES)
+        (METADATA_V1ALPHA1,), KEP_5304_ROOT, None, _METADATA_DIR),
+)
+OLDEST = RELEASES[0].since
 
 
-def release_for(minor: tuple[int, int] | None) -> Release | None:
-    """The release's facts; a newer release than this table knows reads as the newest."""
-    if minor is None or minor < OLDEST:
+def release_for(version: tuple[int, ...] | None) -> Release | None:
+    """The facts of the release (a patch release, or a minor's first); a release newer
+    than this table knows reads as the newest; None before DRA (v1.6)."""
+    if version is None:
         return None
-    return RELEASES.get(minor) or (RELEASES[NEWEST] if minor > NEWEST else None)
+    padded = (*version, 0, 0)[:3]
+    if padded < OLDEST:
+        return None
+    return [r for r in RELEASES if r.since <= padded][-1]

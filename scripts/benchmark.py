@@ -37,9 +37,10 @@ from fixtures.claims import REQUEST, plain_claim  # noqa: E402
 from fixtures.guest import SerialConsoleGuestAccess  # noqa: E402
 from fixtures.options import DEFAULT_KUBEVIRT_VERSION  # noqa: E402
 from kubevirtci.installers import DriverInstaller  # noqa: E402
-from kubevirtci.kubevirt_install import CR_NAME, KubeVirtInstaller  # noqa: E402
+from kubevirtci.kubevirt_code import release_code  # noqa: E402
+from kubevirtci.kubevirt_install import CR_NAME  # noqa: E402
+from kubevirtci.kubevirt_source import BuiltSource  # noqa: E402
 from kubevirtci.local import components  # noqa: E402
-from kubevirtci.local import guest as local_guest  # noqa: E402
 from kubevirtci.local import kubevirt as local_kubevirt  # noqa: E402
 from kubevirtci.local.cluster import LocalCluster  # noqa: E402
 from kubevirtci.local.provider import LocalProvider  # noqa: E402
@@ -59,12 +60,13 @@ def cluster_rss_bytes(cluster: LocalCluster) -> int:
     return total
 
 
-def kubevirt_ready(kube: Kube, provider: LocalProvider, version: str) -> dict[str, float]:
-    """Seconds from applying the operator manifest (images cached, then imported) to
+def kubevirt_ready(kube: Kube, provider: LocalProvider, source: BuiltSource
+                   ) -> dict[str, float]:
+    """Seconds from deploying a built KubeVirt (images cached, then imported) to
     virt-operator, virt-api and virt-controller available, and to KubeVirt Available
     (virt-handler ready on every node)."""
     start = time.monotonic()
-    KubeVirtInstaller(kube, version, provider, await_node_agents=False).install()
+    source.deploy(kube, provider, await_node_agents=False)
     control_plane = time.monotonic() - start
     wait_for(kube, "KubeVirt", CR_NAME, local_kubevirt.NAMESPACE,
              lambda o: has_condition(o, "Available"), Timeout.KUBEVIRT_AVAILABLE,
@@ -78,8 +80,10 @@ def vm_timings(kube: Kube, provider: LocalProvider) -> dict[str, float]:
     its console and of a stop/start cycle back to one; then, with the reference driver
     installed, a DRA VM's seconds from create to Running and to a console answer."""
     namespace = f"kdc-benchmark-{kube.run_id}"
-    guest = local_guest.guest()
+    guest = provider.guest()
     profile = dataclasses.replace(load_profile("reference-nvme"), guest=guest)
+    assert guest.kernel_boot is not None
+    provider.load_images([guest.kernel_boot.image])
     console = SerialConsoleGuestAccess(kube.api_client, guest.user, guest.password)
 
     def create(obj: dict[str, object]) -> None:
@@ -179,19 +183,19 @@ def main() -> int:
     cluster.up()
     ready = round(time.monotonic() - start, 1)
     kube = Kube(load_api_client(cluster.layout.admin_kubeconfig, None), "benchmark")
-    provider = LocalProvider(OUT, cluster=cluster, kubevirt_version=DEFAULT_KUBEVIRT_VERSION)
+    provider = LocalProvider(OUT, cluster=cluster)
     provider.prepare_device_plugin_devices(cluster.config().nodes)
-    kubevirt = components.kubevirt_component(DEFAULT_KUBEVIRT_VERSION)
-    kubevirt_cold = not kubevirt.cached()
+    source = BuiltSource(release_code(DEFAULT_KUBEVIRT_VERSION))
+    kubevirt_cold = not components.kubevirt_component(source.build_module()).cached()
     start = time.monotonic()
-    components.build(kubevirt)
+    local_kubevirt.build(source.build_module(), provider.emulated_vfio_front())
     results: dict[str, object] = {
         "build_seconds": build_seconds,
         "build_was_cold": cold,
         "kubevirt_build_seconds": round(time.monotonic() - start, 1),
         "kubevirt_build_was_cold": kubevirt_cold,
         "cluster_ready_seconds": ready,
-        **kubevirt_ready(kube, provider, DEFAULT_KUBEVIRT_VERSION),
+        **kubevirt_ready(kube, provider, source),
         **vm_timings(kube, provider),
         "cluster_rss_bytes": cluster_rss_bytes(cluster),
     }

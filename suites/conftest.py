@@ -2,13 +2,14 @@
 
 import pytest
 
-from fixtures.plugin import enforce_capabilities
+from fixtures.plugin import enforce_capabilities, expect_known_bugs
 from fixtures.session import ClusterSession
 
 
 @pytest.fixture(autouse=True)
 def capability_gate(request: pytest.FixtureRequest, cluster: ClusterSession) -> None:
     enforce_capabilities(request.node, cluster)
+    expect_known_bugs(request.node, cluster)
 
 
 @pytest.fixture(autouse=True)

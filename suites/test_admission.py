@@ -100,6 +100,7 @@ def _assert_nothing_leaks(kube, namespace, claim):
     assert not allocated_devices(left)
 
 
+@markers.dra_launcher
 @markers.requires_launcher
 @markers.requirement("ADMIT-002")
 def test_claim_on_missing_device_class_leaves_vmi_pending_with_reason(
@@ -116,6 +117,7 @@ def test_claim_on_missing_device_class_leaves_vmi_pending_with_reason(
 # The scheduler filters a launcher pod by node first: only nodes that virt-handler marked
 # kubevirt.io/schedulable are considered, and only on those is the device selector
 # evaluated (a missing DeviceClass fails earlier, in PreFilter, on any cluster).
+@markers.dra_launcher
 @markers.requires_running_vms
 @markers.requirement("ADMIT-003")
 def test_unsatisfiable_selector_leaves_vmi_pending_with_reason(
@@ -132,6 +134,7 @@ def test_unsatisfiable_selector_leaves_vmi_pending_with_reason(
     _assert_nothing_leaks(kube, namespace, "c")
 
 
+@markers.dra_launcher
 @markers.requires_running_vms
 @markers.requirement("ADMIT-004")
 def test_deleting_a_claim_in_use_does_not_take_the_device_from_a_running_vm(

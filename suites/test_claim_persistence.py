@@ -16,7 +16,7 @@ from fixtures.devices import PCI_BUS_ID, allocated_devices, claim_device_attribu
 from fixtures.launcher import metadata_dir, read_metadata_files
 from kubevirtci.capabilities import Capability
 
-pytestmark = [markers.persistence, markers.requires_running_vms]
+pytestmark = [markers.persistence, markers.requires_running_vms, markers.dra_launcher]
 
 
 def _vm_with_claim(name, profile, claim_name, *options, vm_options=()):
@@ -82,16 +82,19 @@ def test_template_claim_is_recreated_per_launcher_pod_and_deleted_with_it(
 
 @markers.requires(Capability.GUEST_ACCESS, Capability.LAUNCHER_METADATA)
 @markers.requirement("PERSIST-004")
-def test_pinned_claim_gets_same_device_after_restart(kube, objects, namespace, profile, guest):
+def test_pinned_claim_gets_same_device_after_restart(kube, objects, namespace, profile, guest,
+                                                    cluster):
     device = pick_free_device(kube, profile)
     objects.create(pinned_claim("nvme", profile, device))
     objects.create(_vm_with_claim("vm", profile, "nvme", with_node_selector(device.node)))
     before = vms.running(kube, "vm", namespace)
-    bdf_before = read_metadata_files(kube, before.pod, metadata_dir("claim", "nvme", REQUEST))
+    bdf_before = read_metadata_files(kube, before.pod, metadata_dir(
+        cluster.facts.kubevirt_release, "claim", "nvme", REQUEST))
     serials_before = vms.guest_nvme_serials(guest, before)
     vms.restart(kube, "vm", namespace)
     after = vms.running(kube, "vm", namespace)
-    bdf_after = read_metadata_files(kube, after.pod, metadata_dir("claim", "nvme", REQUEST))
+    bdf_after = read_metadata_files(kube, after.pod, metadata_dir(
+        cluster.facts.kubevirt_release, "claim", "nvme", REQUEST))
     assert bdf_after == bdf_before, "virt-launcher saw a different device after restart"
     assert vms.guest_nvme_serials(guest, after) == serials_before
     if profile.serial_attribute:
@@ -210,3 +213,4 @@ def test_vm_owned_persistent_claim_survives_stop_and_keeps_device(
     kept = kube.get("ResourceClaim", "vm-nvme", namespace)
     assert kept["metadata"]["uid"] == claim["metadata"]["uid"]
     assert allocated_devices(kept) == allocated_devices(claim)
+

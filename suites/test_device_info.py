@@ -61,6 +61,7 @@ def _metadata_bus_ids(documents):
     return found
 
 
+@markers.dra_launcher
 @markers.requirement("INFO-001")
 def test_launcher_pod_carries_claims_and_compute_claim_requests(
     kube, objects, namespace, profile
@@ -73,18 +74,21 @@ def test_launcher_pod_carries_claims_and_compute_claim_requests(
     assert {"name": "nvme", "request": REQUEST} in compute["resources"].get("claims", [])
 
 
+@markers.dra_launcher
 @markers.requires(Capability.LAUNCHER_METADATA)
 @markers.requirement("INFO-002")
 def test_metadata_file_at_kubevirt_path_matches_slice_pci_bus_id(
-    kube, objects, namespace, profile
+    kube, objects, namespace, profile, cluster
 ):
     _dra_vm(objects, profile)
     vm = vms.running(kube, "vm", namespace)
-    documents = read_metadata_files(kube, vm.pod, metadata_dir("claim", "nvme", REQUEST))
+    documents = read_metadata_files(kube, vm.pod, metadata_dir(
+        cluster.facts.kubevirt_release, "claim", "nvme", REQUEST))
     assert len(documents) == 1, "KubeVirt needs exactly one metadata file per request"
     assert _metadata_bus_ids(documents) == [_allocated_bus_id(kube, namespace)[PCI_BUS_ID]]
 
 
+@markers.dra_launcher
 @markers.requirement("INFO-003")
 def test_launcher_vfio_nodes_are_the_nodes_own_devices(kube, objects, namespace, profile,
                                                         node_client_on, record_property):
@@ -121,6 +125,7 @@ def test_device_plugin_vm_gets_pci_resource_env(kube, objects, namespace, profil
     )
 
 
+@markers.dra_launcher
 @markers.requirement("INFO-005")
 def test_domain_xml_hostdev_source_matches_allocated_pci_bus_id(
     kube, objects, namespace, profile
@@ -132,6 +137,7 @@ def test_domain_xml_hostdev_source_matches_allocated_pci_bus_id(
     assert sources.get(alias) == _allocated_bus_id(kube, namespace)[PCI_BUS_ID], sources
 
 
+@markers.dra_launcher
 @markers.requires(Capability.GUEST_ACCESS)
 @markers.requirement("INFO-006")
 def test_guest_lists_device_with_allocated_serial(
@@ -145,6 +151,7 @@ def test_guest_lists_device_with_allocated_serial(
         assert serial in vms.guest_nvme_serials(guest, vm)
 
 
+@markers.dra_launcher
 @markers.requires(Capability.KUBEVIRT_DEVICE_STATUS)
 @markers.requirement("INFO-007")
 def test_device_status_matches_allocation_on_kubevirt_1_6_and_1_7(
@@ -172,3 +179,4 @@ def test_device_status_matches_allocation_on_kubevirt_1_6_and_1_7(
                      f"{release.device_status_caveat}: the launcher gets "
                      f"{allocated.get(source)!r}, the device is {allocated[PCI_BUS_ID]!r}")
     vms.running(kube, "vm", namespace)
+

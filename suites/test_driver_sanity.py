@@ -154,7 +154,7 @@ def test_kubevirt_releases_that_read_metadata_can_read_the_drivers_file(
     unreadable = [name for name, ok in judged.items() if not ok]
     assert not unreadable, (
         f"KubeVirt {', '.join(unreadable)} cannot read the driver's metadata: it decodes "
-        f"only {', '.join(sorted({v for r in RELEASES.values() for v in r.metadata_versions}))}"
+        f"only {', '.join(sorted({v for r in RELEASES for v in r.metadata_versions}))}"
         f", the file holds {', '.join(written)}; KubeVirt would then miss the device's PCI "
         "address silently. Fix: write that version too (EnableDeviceMetadata versions)")
 

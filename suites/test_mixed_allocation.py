@@ -45,6 +45,7 @@ def _hostdev_addresses(kube, vm):
     return hostdev_sources(domain_xml(kube, vm.pod, vm.name, vm.namespace))
 
 
+@markers.dra_launcher
 @markers.requirement("MIXED-001")
 def test_device_plugin_vm_and_dra_vm_run_on_same_node(kube, objects, namespace, profile):
     device = pick_free_device(kube, profile)
@@ -59,6 +60,7 @@ def test_device_plugin_vm_and_dra_vm_run_on_same_node(kube, objects, namespace, 
     assert dp and dra and not dp & dra, f"device handed out twice: {dp & dra}"
 
 
+@markers.dra_launcher
 @markers.requirement("MIXED-002")
 def test_one_vm_with_device_plugin_and_dra_host_devices(kube, objects, namespace, profile):
     objects.create(plain_claim("nvme", profile))
@@ -88,6 +90,7 @@ def test_dra_and_device_plugin_gpus_in_one_vmi_are_rejected(objects, profile):
     assert "gpus" in err.value.body.lower(), err.value.body
 
 
+@markers.dra_launcher
 @markers.requirement("MIXED-004")
 def test_no_pci_address_is_assigned_twice_across_running_vms_of_the_run(
     kube, objects, namespace, profile, run_id
@@ -114,6 +117,7 @@ def _device_plugin_capacity(kube, node, resource):
     return int(allocatable.get(resource, "0"))
 
 
+@markers.dra_launcher
 @markers.exclusive_devices
 @markers.requirement("MIXED-005")
 def test_exhausting_device_plugin_pool_does_not_block_dra(kube, objects, namespace, profile):
@@ -128,6 +132,7 @@ def test_exhausting_device_plugin_pool_does_not_block_dra(kube, objects, namespa
     vms.running(kube, "dra-vm", namespace)
 
 
+@markers.dra_launcher
 @markers.exclusive_devices
 @markers.requirement("MIXED-006")
 def test_exhausting_dra_pool_does_not_block_device_plugin(kube, objects, namespace, profile):

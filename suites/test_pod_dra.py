@@ -29,8 +29,9 @@ from fixtures.devices import (
     claim_device_attributes,
     given_devices,
 )
-from fixtures.launcher import DECODED_BY_1_37, METADATA_ROOT, metadata_object
+from fixtures.launcher import DECODED_BY_1_37, metadata_object
 from kubevirtci.capabilities import Capability
+from kubevirtci.releases import KEP_5304_ROOT
 
 pytestmark = [markers.pod_dra, markers.requires_pod_dra]
 
@@ -132,7 +133,7 @@ def test_cdi_edits_and_metadata_reach_the_container_and_name_the_allocated_devic
                                      edits.device_nodes_for(given), "the container",
                                      record_property)
     if profile.device_metadata:
-        stream = run(f"cat {METADATA_ROOT}/resourceclaims/c/{REQUEST}/*-metadata.json")
+        stream = run(f"cat {KEP_5304_ROOT}/resourceclaims/c/{REQUEST}/*-metadata.json")
         metadata = metadata_object(stream, DECODED_BY_1_37)
         devices = [d for r in metadata["requests"] if r["name"] == REQUEST
                    for d in r["devices"]]

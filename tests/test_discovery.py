@@ -91,20 +91,6 @@ def test_kubevirt_serving_its_api_without_node_agents_runs_admission_but_no_vm(r
     assert "is Deploying" in caps.reason_missing(Capability.KUBEVIRT)
 
 
-def test_kubevirt_1_8_with_permitted_host_devices_cannot_render_dra_launchers(recorded):
-    cr = {"items": [{
-        "metadata": {"name": "kubevirt", "namespace": "kubevirt"},
-        "spec": {"configuration": {
-            "developerConfiguration": {"featureGates": ["HostDevices", "HostDevicesWithDRA"]},
-            "permittedHostDevices": {"pciHostDevices": [{"resourceName": DP}]}}},
-        "status": {"phase": "Deployed", "observedKubeVirtVersion": "v1.8.4"}}]}
-    api = Overlay(recorded("cluster_kubevirt_1_9"), **{"/apis/kubevirt.io/v1/kubevirts": cr})
-    caps = capabilities_from(discover(api), DRIVER, DP)
-    assert "fixed in v1.9.0" in caps.reason_missing(Capability.LAUNCHER_RENDERS_DRA)
-    cr["items"][0]["status"]["observedKubeVirtVersion"] = "v1.9.0"
-    assert capabilities_from(discover(api), DRIVER, DP).has(Capability.LAUNCHER_RENDERS_DRA)
-
-
 def kubevirt_cr(version, gates, **config):
     return {"items": [{
         "metadata": {"name": "kubevirt", "namespace": "kubevirt"},
@@ -124,11 +110,10 @@ def test_release_keyed_capabilities(recorded, version, metadata, device_status):
                   **{"/apis/kubevirt.io/v1/kubevirts": kubevirt_cr(version, ALL_DRA_GATES)})
     facts = discover(api)
     caps = capabilities_from(facts, DRIVER, DP)
-    assert facts.kubevirt_release.name == version.rsplit(".", 1)[0]
+    assert version in facts.kubevirt_release.read
     assert caps.has(Capability.KUBEVIRT_DRA_GATES)
     assert caps.has(Capability.LAUNCHER_METADATA) is metadata
     assert caps.has(Capability.KUBEVIRT_DEVICE_STATUS) is device_status
-    assert caps.has(Capability.LAUNCHER_RENDERS_DRA)
     assert "lacks VEP 344" in caps.reason_missing(Capability.PERSISTENT_DRA_CLAIMS)
 
 
@@ -143,7 +128,7 @@ def test_dra_gates_are_on_by_default_only_where_the_release_made_them_beta(
     if not on_by_default:
         reason = caps.reason_missing(Capability.KUBEVIRT_DRA_GATES)
         assert "HostDevicesWithDRA, GPUsWithDRA are off" in reason
-        assert f"GPUsWithDRA: Alpha in {version.rsplit('.', 1)[0]}" in reason
+        assert "GPUsWithDRA: Alpha in " in reason and version in reason
 
 
 def test_admission_rules_by_release():
@@ -170,5 +155,27 @@ def test_the_header_summary_names_gates_address_source_and_template_claims():
 
 
 def test_releases_outside_the_table():
-    assert release_for((1, 5)) is None and release_for(None) is None
-    assert release_for((1, 10)).name == "v1.9"
+    assert release_for((1, 5, 9)) is None and release_for(None) is None
+    assert release_for((1, 10, 0)).read == ("v1.9.0",)  # newer reads as the newest
+
+
+def test_patch_releases_of_one_minor_are_told_apart():
+    early, late = release_for((1, 8, 2)), release_for((1, 8, 3))
+    assert early.metadata_root == "/var/run/dra-device-attributes"
+    assert late.metadata_root == "/var/run/kubernetes.io/dra-device-attributes"
+    assert release_for((1, 8, 0)) is early and release_for((1, 8, 4)) is late
+    assert release_for((1, 8)) is early  # a minor alone is its first patch release
+
+
+def test_a_bug_is_expected_only_where_the_release_has_it_and_the_cluster_meets_it():
+    bug = "kubevirt/kubevirt#17385"
+    for version in ((1, 8, 1), (1, 8, 4)):
+        assert [b.upstream for b in release_for(version).bugs_on("dra_launcher", True)
+                if b.upstream == bug]
+        assert all(b.upstream != bug for b in release_for(version).bugs_on("dra_launcher", False))
+    assert release_for((1, 9, 0)).bugs_on("dra_launcher", True) == []
+    # The older metadata path breaks 1.8.1/1.8.2 whatever the configuration; 1.8.3 fixed it.
+    assert release_for((1, 8, 2)).bugs_on("dra_launcher", False)
+    assert not release_for((1, 8, 3)).bugs_on("dra_launcher", False)
+    assert "fixed in v1.9.0" in release_for((1, 8, 4)).bugs_on("dra_launcher", True)[0].reason(
+        "v1.8.4")

@@ -14,6 +14,7 @@ from fixtures.launcher import (
     pci_resource_env_name,
 )
 from kubevirtci.provider import Node, NodePaths
+from kubevirtci.releases import release_for
 
 
 class ScriptedConsole:
@@ -157,10 +158,14 @@ def test_domain_xml_is_read_from_the_libvirt_the_launcher_runs(user, connect):
 
 
 def test_kubevirt_paths_and_env_names_follow_the_facts():
-    assert metadata_dir("claim", "nvme", "dev") == \
+    late, early = release_for((1, 8, 3)), release_for((1, 8, 2))
+    assert metadata_dir(late, "claim", "nvme", "dev") == \
         "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/nvme/dev"
-    assert metadata_dir("template", "gpu", "g") == \
+    assert metadata_dir(late, "template", "gpu", "g") == \
         "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpu/g"
+    # 1.8.0-1.8.2: by claim name, and template claims in any folder (podClaimName inside)
+    assert metadata_dir(early, "claim", "nvme", "dev") == "/var/run/dra-device-attributes/nvme/dev"
+    assert metadata_dir(early, "template", "gpu", "g") == "/var/run/dra-device-attributes/*/g"
     assert pci_resource_env_name("devices.kubevirt.io/nvme") == \
         "PCI_RESOURCE_DEVICES_KUBEVIRT_IO_NVME"
 

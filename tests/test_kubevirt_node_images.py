@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import SuiteUsageError
-from kubevirtci.local import components, debian, images, kubevirt_node
+from kubevirtci.local import debian, images, kubevirt_node
 
 # The shape of cmd/virt-launcher/BUILD.bazel's image rules (v1.9.0 sets the user).
 LAUNCHER_BUILD = """oci_image(
@@ -137,25 +137,3 @@ def test_a_root_recipe_is_cached_under_a_key_of_its_content():
     other = debian.RootRecipe("virt-handler", (*kubevirt_node.HANDLER_ROOT.packages, "gdb"))
     assert kubevirt_node.HANDLER_ROOT.path != other.path
     assert kubevirt_node.HANDLER_ROOT.path.name.startswith("debian-trixie-virt-handler-")
-
-
-def test_the_launcher_build_points_libnbd_at_debians_binding(tmp_path):
-    module_dir = components.kubevirt_component("v1.9.0").module_dir
-    modfile = kubevirt_node._launcher_modfile("v1.9.0", module_dir, Path("/src/golang"),
-                                              tmp_path)
-    text = modfile.read_text()
-    assert "libguestfs.org/libnbd => /src/golang" in text
-    assert "=> ../placeholder" not in text
-    assert "libvirt.org/go/libvirt => " not in text  # v1.9.0 links its own pin
-    assert (tmp_path / "launcher.sum").read_text() == (module_dir / "go.sum").read_text()
-
-
-def test_kubevirt_1_8_links_the_libvirt_binding_that_does_not_collide_with_libnbd(tmp_path):
-    module_dir = components.kubevirt_component("v1.8.4").module_dir
-    modfile = kubevirt_node._launcher_modfile("v1.8.4", module_dir, Path("/src/golang"),
-                                              tmp_path)
-    assert "replace libvirt.org/go/libvirt => libvirt.org/go/libvirt v1.12003.0" in \
-        modfile.read_text()
-    sums = (tmp_path / "launcher.sum").read_text()
-    assert "libvirt.org/go/libvirt v1.12003.0 h1:" in sums  # vouched for by v1.9.0's go.sum
-    assert "libvirt.org/go/libvirt v1.12003.0/go.mod h1:" in sums

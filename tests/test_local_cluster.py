@@ -59,35 +59,27 @@ def test_node_root_holds_standard_paths_and_no_host_state(tmp_path):
 
 
 def test_local_provider_declares_what_it_emulates_and_lacks(tmp_path):
-    provider = LocalProvider(tmp_path, kubevirt_version="v1.9.0")
+    provider = LocalProvider(tmp_path)
     caps = provider.declared_capabilities()
     assert caps.has(Capability.NODE_ACCESS) and caps.has(Capability.DRIVER_PLUGIN_SOCKET)
     assert "emulated" in caps.reason_missing(Capability.VFIO)
     assert caps.has(Capability.HOST_DEVICE_VMS)  # through the EMULATED VFIO hop
-    nvme = provider.emulated_parts("1b36:0010")
-    assert any("VFIO hop is EMULATED" in note for note in nvme)
-    assert Capability.RUNNING_VMS not in caps.missing  # discovered: KubeVirt Available
     assert caps.has(Capability.GUEST_ACCESS)
-    older = LocalProvider(tmp_path, kubevirt_version="v1.8.4").declared_capabilities()
-    assert older.has(Capability.GUEST_ACCESS) and Capability.RUNNING_VMS not in older.missing
-    assert Capability.KUBEVIRT not in caps.missing  # discovered from the cluster
+    # KubeVirt's own capabilities are discovered from the cluster, never declared here.
+    assert Capability.RUNNING_VMS not in caps.missing and Capability.KUBEVIRT not in caps.missing
+    nvme = provider.emulated_parts("1b36:0010", vms=True)
+    assert any("VFIO hop is EMULATED" in note for note in nvme)
     assert any("TCG" in note for note in nvme)
-    assert any("STAND-IN" in note for note in nvme)
     # A run of another driver's devices uses neither the NVMe tree nor the VFIO hop.
-    gpu = provider.emulated_parts("10de:2236")
+    gpu = provider.emulated_parts("10de:2236", vms=True)
     assert not any("NVMe" in note or "VFIO" in note for note in gpu)
     assert any("TCG" in note for note in gpu)
-    assert LocalProvider(tmp_path).emulated_parts(None) == ()
-    config = provider.kubevirt_configuration("v1.9.0")
-    assert config["developerConfiguration"]["useEmulation"] is True
-    assert config["virtTemplateDeployment"] == {"enabled": False}
-
-
-def test_local_provider_without_kubevirt_says_how_to_get_it(tmp_path):
-    provider = LocalProvider(tmp_path)
-    assert "--without-kubevirt" in provider.declared_capabilities().reason_missing(
-        Capability.KUBEVIRT)
-    assert not provider.installs_kubevirt
+    # Without VMs: neither TCG nor the VFIO hop, the NVMe tree still.
+    pods = provider.emulated_parts("1b36:0010", vms=False)
+    assert not any("TCG" in note or "VFIO hop" in note for note in pods)
+    assert any("NVMe" in note for note in pods)
+    assert provider.emulated_parts(None, vms=False) == ()
+    assert not provider.pulls_public_images and not provider.node_kvm
 
 
 def test_oci_archive_is_a_valid_image_layout(tmp_path):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import SuiteUsageError
+from kubevirtci.local.kubevirt_module import BuildModule
 from kubevirtci.runner import CommandRunner, StreamingRunner, check
 
 BUILD_DIR = Path(__file__).resolve().parent / "build"
@@ -113,12 +114,6 @@ HELM = Component(
 )
 
 
-# KubeVirt releases with a build module here (build/kubevirt/<version>): the commit and
-# date of the release tag (the module proxy's .info), stamped as hack/version.sh does.
-KUBEVIRT_RELEASES = {
-    "v1.9.0": ("79d34c1762169e5b0370ec491cef5ca12e6b504c", "2026-07-27T15:21:17Z"),
-    "v1.8.4": ("dfaa398f086692d19e01be21d83a01036e07815f", "2026-06-15T03:44:27Z"),
-}
 KUBEVIRT_CONTROL_PLANE = ("virt-operator", "virt-api", "virt-controller", "virt-exportproxy")
 # Programs of KubeVirt's own build: csv-generator goes into the operator image, the
 # manifest-templator renders the operator manifest from the module's release template.
@@ -127,34 +122,25 @@ KUBEVIRT_NODE_PROGRAMS = ("virt-handler", "virt-chroot", "virt-launcher-monitor"
                           "virt-tail", "virt-freezer")
 
 
-def kubevirt_component(version: str) -> Component:
-    """KubeVirt's control plane and manifest tools, from kubevirt.io/kubevirt at ``version``."""
-    if version not in KUBEVIRT_RELEASES:
-        raise SuiteUsageError(
-            f"no KubeVirt build module for {version} here",
-            f"pass --kubevirt-version with one of {', '.join(KUBEVIRT_RELEASES)}, or add "
-            f"kubevirtci/local/build/kubevirt/{version} as the README describes",
-        )
-    commit, date = KUBEVIRT_RELEASES[version]
-    stamp = "kubevirt.io/client-go/version"
+def kubevirt_component(module: BuildModule) -> Component:
+    """KubeVirt's control plane and manifest tools, from the code's build module (cached
+    by the module's key, which covers a tree's sources)."""
     return Component(
-        "kubevirt", version, BUILD_DIR / "kubevirt" / version,
+        "kubevirt", f"{module.code.version}-{module.key}", module.folder,
         (*(f"kubevirt.io/kubevirt/cmd/{p}" for p in KUBEVIRT_CONTROL_PLANE),
          *(f"kubevirt.io/kubevirt/tools/{t}" for t in KUBEVIRT_TOOLS)),
-        ldflags=f"-s -w -X {stamp}.gitVersion={version} -X {stamp}.gitCommit={commit} "
-                f"-X {stamp}.gitTreeState=clean -X {stamp}.buildDate={date}",
+        ldflags=module.code.ldflags,
     )
 
 
-def kubevirt_node_component(version: str) -> Component:
+def kubevirt_node_component(module: BuildModule) -> Component:
     """KubeVirt's node-side programs from the same module: virt-handler (cgo: its node
     labeller reads <linux/kvm.h>) and the helpers its and the launcher's images carry.
     virt-launcher, which links libvirt, is built against the libvirt of its own image."""
-    control_plane = kubevirt_component(version)
     return Component(
-        "kubevirt-node", version, control_plane.module_dir,
+        "kubevirt-node", f"{module.code.version}-{module.key}", module.folder,
         tuple(f"kubevirt.io/kubevirt/cmd/{p}" for p in KUBEVIRT_NODE_PROGRAMS),
-        ldflags=control_plane.ldflags, cgo=True,
+        ldflags=module.code.ldflags, cgo=True,
     )
 
 

@@ -1,5 +1,5 @@
 """The real KubeVirt on the hermetic cluster, built here: its programs from its Go module
-at a pinned release (``components.kubevirt_component``), its control-plane images
+(a release or a tree: ``kubevirt_module``), its control-plane images
 assembled as its own image definitions assemble them (``cmd/*/BUILD.bazel``), and its
 operator manifest rendered by its own ``manifest-templator`` from the module's release
 template. Nothing of KubeVirt is changed; the operator derives every component's image
@@ -9,22 +9,18 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from core.errors import SuiteUsageError
-from kubevirtci.local import components, guest, images, kubevirt_node
-
-if TYPE_CHECKING:
-    from kubevirtci.local.cluster import LocalCluster
+from kubevirtci.local import components, images, kubevirt_node
+from kubevirtci.local.kubevirt_module import BuildModule
 
 # virt-operator derives the component images from its own: <registry>/<prefix><name>:<tag>
 # (pkg/virt-operator/util/config.go), so all share this path and the release as tag.
 REGISTRY = "localhost/kubevirt"
 NAMESPACE = "kubevirt"  # as KubeVirt's release manifests install it
-# Releases built with STAND-IN modules for modules the Go module proxy refuses.
-STANDINS = {"v1.9.0": "kubevirt.io/virt-template-api and -client-go v0.2.0"}
 # The control-plane images' user (the root BUILD.bazel's passwd_entry "nonroot-user").
 NONROOT_PASSWD = b"nonroot-user:x:1001:1001:user:/home/nonroot-user:/bin/bash\n"
 
@@ -37,15 +33,11 @@ NODE_IMAGES_NOTE = (
 )
 
 
-def build_notes(version: str) -> list[str]:
-    """What the report header says of how KubeVirt ``version`` was built here."""
-    notes = [NODE_IMAGES_NOTE]
-    if version in STANDINS:
-        notes.append(f"KubeVirt {version} is built with STAND-IN modules for "
-                     f"{STANDINS[version]}, which the Go module proxy refuses "
-                     "(kubevirtci/local/build/kubevirt/standin); virt-template itself is "
-                     "not deployed")
-    return notes
+def build_notes(module: BuildModule) -> list[str]:
+    """What the report header says of how this KubeVirt was built here."""
+    return [NODE_IMAGES_NOTE,
+            *(f"KubeVirt {module.code.version} build exception, {note}"
+              for note in module.notes())]
 
 
 def image_name(program: str, version: str) -> str:
@@ -102,19 +94,20 @@ def _run(argv: list[str]) -> str:
     return result.stdout
 
 
-def prepare(cluster: LocalCluster, version: str) -> list[dict[str, Any]]:
-    """Build KubeVirt ``version`` (cached), import its images into every node and return
-    its operator manifest."""
-    component = components.kubevirt_component(version)
-    bin_dir = components.build(component)
+def build(module: BuildModule, emulated_qemu: Path) -> tuple[list[Path], list[dict[str, Any]]]:
+    """Build the KubeVirt code of ``module`` (cached by content): the OCI archives of its
+    images under REGISTRY tagged with its version, and its operator manifest."""
+    version = module.code.version
+    bin_dir = components.build(components.kubevirt_component(module))
+    folder = components.CACHE_ROOT / f"kubevirt-images-{version}-{module.key}"
+    archives = []
     for spec in control_plane_images(version, bin_dir):
-        key = spec.name.rsplit("/", 1)[-1].replace(":", "-")
-        cluster.load_image_archive(cluster.image_archive(key, lambda s=spec: s))
-    for archive in kubevirt_node.image_archives(version, lambda p: image_name(p, version),
-                                                cluster.bins["emulated-vfio-qemu"]):
-        cluster.load_image_archive(archive)
-    guest_image = guest.image_name()
-    cluster.load_image_archive(cluster.image_archive(
-        guest_image.rsplit("/", 1)[-1].replace(":", "-"), lambda: guest.guest_image(guest_image)))
-    module_dir = components.module_source(component, f"kubevirt.io/kubevirt@{version}")
-    return operator_manifest(version, bin_dir, module_dir, cluster.layout.root / "kubevirt")
+        archive = folder / (spec.name.rsplit("/", 1)[-1].replace(":", "-") + ".tar")
+        if not archive.is_file():
+            partial = archive.with_suffix(".partial")
+            images.write_oci_archive(spec, partial)
+            partial.rename(archive)
+        archives.append(archive)
+    archives += kubevirt_node.image_archives(module, lambda p: image_name(p, version),
+                                             emulated_qemu)
+    return archives, operator_manifest(version, bin_dir, module.code.source, folder)

@@ -25,8 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.errors import SuiteUsageError
-from kubevirtci.local import components, debian, images
+from kubevirtci.local import components, debian, images, kubevirt_module
 from kubevirtci.local.debian import RootRecipe
+from kubevirtci.local.kubevirt_module import BuildModule
 from kubevirtci.runner import CommandRunner
 
 # The programs and libraries a launcher's build links against, and libvirt's build.
@@ -49,12 +50,6 @@ HANDLER_ROOT = RootRecipe("virt-handler", (
     "qemu-utils", "findutils", "iproute2", "nftables", "procps", "tar", "util-linux",
     "xorriso", "acl", "curl", "vim-tiny",
 ))
-# libvirt's Go binding before v1.12 and libnbd's (Debian's 1.22) both export the cgo
-# symbol freeCallbackId, so KubeVirt 1.8's virt-launcher does not link against Debian's
-# libnbd; libvirt's binding renamed it in v1.12 (virGoFreeCallbackId), the one KubeVirt
-# 1.9 requires. Its API only grows between releases. The checksum database does not hold
-# that version: its hashes come from the go.sum of the KubeVirt release that requires it.
-LAUNCHER_MODULE_UPGRADES = {"v1.8.4": {"libvirt.org/go/libvirt": ("v1.12003.0", "v1.9.0")}}
 LAUNCHER_PROGRAMS = ("virt-launcher", "virt-launcher/libvirt-hook-client")
 # The programs the launcher image carries in /usr/bin besides virt-launcher.
 LAUNCHER_HELPERS = ("virt-freezer", "virt-launcher-monitor", "virt-probe", "virt-tail")
@@ -111,14 +106,14 @@ strip obj-x86_64-linux-gnu/src/virtqemud
     return product
 
 
-def launcher_programs(version: str, runner: CommandRunner | None = None) -> Path:
-    """virt-launcher and libvirt-hook-client from KubeVirt ``version``'s module, and its
+def launcher_programs(module: BuildModule, runner: CommandRunner | None = None) -> Path:
+    """virt-launcher and libvirt-hook-client from the KubeVirt code's build module, and its
     C program container-disk (``gcc -static``, as its cc_binary), built in the trixie
     build root against the launcher root's libvirt and libnbd."""
-    control_plane = components.kubevirt_component(version)
+    code = module.code
     launcher_root = debian.build_root(LAUNCHER_ROOT, runner)
     libnbd_source, libnbd = debian.installed_source(launcher_root, "libnbd0")
-    bin_dir = (components.CACHE_ROOT / f"kubevirt-launcher-{version}"
+    bin_dir = (components.CACHE_ROOT / f"kubevirt-launcher-{code.version}-{module.key}"
                f"-libnbd{libnbd.replace('+', '_')}" / "bin")
     programs = ("virt-launcher", "libvirt-hook-client", "container-disk")
     if all((bin_dir / p).is_file() for p in programs):
@@ -126,8 +121,7 @@ def launcher_programs(version: str, runner: CommandRunner | None = None) -> Path
     build_root = debian.build_root(BUILD_ROOT, runner)
     work = bin_dir.parent / "work"
     binding = debian.fetch_source(build_root, libnbd_source, libnbd, work, runner) / "golang"
-    module_dir = control_plane.module_dir
-    modfile = _launcher_modfile(version, module_dir, binding, work)
+    modfile = module.launcher_modfile(binding, work)
     staging = bin_dir.with_name("bin.partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -136,25 +130,26 @@ def launcher_programs(version: str, runner: CommandRunner | None = None) -> Path
     # store (listing them downloads them); the build root only reads the module cache.
     listed = subprocess.run(["go", "list", f"-modfile={modfile}", "-mod=mod", "-deps",
                              *packages], env={**os.environ, "CGO_ENABLED": "1"},
-                            cwd=module_dir, capture_output=True, text=True, check=False)
+                            cwd=module.folder, capture_output=True, text=True, check=False,
+                            timeout=kubevirt_module.GO_TIMEOUT)
     if listed.returncode != 0:
         raise SuiteUsageError(f"cannot fetch virt-launcher's modules: {listed.stderr[-600:]}",
                               "check that the Go module proxy is reachable")
     go_env = _go_env()
-    module = components.module_source(control_plane, f"kubevirt.io/kubevirt@{version}")
-    sys.stderr.write(f"[build] virt-launcher {version} against trixie's libvirt and libnbd "
-                     "(minutes when cold)\n")
+    sys.stderr.write(f"[build] virt-launcher {code.version} against trixie's libvirt and "
+                     "libnbd (minutes when cold)\n")
     log = shlex.quote(str(work / "build.log"))
     debian.run_in_root(build_root, f"""
-cd {shlex.quote(str(module_dir))}
-go build -modfile={shlex.quote(str(modfile))} -trimpath \
-  -ldflags {shlex.quote(control_plane.ldflags)} -o {shlex.quote(str(staging))}/ \
-  {" ".join(packages)} \
+cd {shlex.quote(str(module.folder))}
+go build -modfile={shlex.quote(str(modfile))} -trimpath \\
+  -ldflags {shlex.quote(code.ldflags)} -o {shlex.quote(str(staging))}/ \\
+  {" ".join(packages)} \\
   >{log} 2>&1 || {{ grep -v -e warning: -e note: -e '^ *[0-9]* |' {log} | tail -40; exit 1; }}
-gcc -static -O2 -o {shlex.quote(str(staging))}/container-disk \
-  {shlex.quote(str(module / "cmd/container-disk-v2alpha/main.c"))}
+gcc -static -O2 -o {shlex.quote(str(staging))}/container-disk \\
+  {shlex.quote(str(code.source / "cmd/container-disk-v2alpha/main.c"))}
 """, binds=[Path(go_env["GOROOT"]), Path(go_env["GOMODCACHE"]), Path(go_env["GOCACHE"]),
-            module_dir.parents[1], bin_dir.parent],
+            module.folder, kubevirt_module.BUILD_DIR, bin_dir.parent,
+            *([code.source] if code.tree else [])],
         env={**go_env, "PATH": f"{go_env['GOROOT']}/bin:/usr/bin:/bin", "CGO_ENABLED": "1",
              "GOFLAGS": "-mod=mod", "GOPROXY": "off"},
         runner=runner, label="build virt-launcher")
@@ -162,26 +157,6 @@ gcc -static -O2 -o {shlex.quote(str(staging))}/container-disk \
     staging.rename(bin_dir)
     shutil.rmtree(work)
     return bin_dir
-
-
-def _launcher_modfile(version: str, module_dir: Path, binding: Path, work: Path) -> Path:
-    """A copy of the build module's go.mod (for ``-modfile``) and its go.sum: KubeVirt's
-    go.mod pins libnbd to a commit the proxy refuses and the build module points it at a
-    placeholder; the copy points it at Debian's binding and applies the release's
-    LAUNCHER_MODULE_UPGRADES, with hashes from the go.sum of the release that vouches."""
-    upgrades = LAUNCHER_MODULE_UPGRADES.get(version, {})
-    extra = "".join(f"replace {module} => {module} {pinned}\n"
-                    for module, (pinned, _) in upgrades.items())
-    modfile = work / "launcher.mod"
-    modfile.write_text(re.sub(r"(libguestfs\.org/libnbd => ).*", rf"\g<1>{binding}",
-                              (module_dir / "go.mod").read_text()) + extra)
-    sums = (module_dir / "go.sum").read_text()
-    for module, (pinned, release) in upgrades.items():
-        vouching = (module_dir.parent / release / "go.sum").read_text().splitlines()
-        sums += "".join(f"{line}\n" for line in vouching
-                        if line.startswith((f"{module} {pinned} ", f"{module} {pinned}/")))
-    (work / "launcher.sum").write_text(sums)
-    return modfile
 
 
 def _go_env() -> dict[str, str]:
@@ -283,26 +258,25 @@ def handler_image(name: str, version: str, root: Path, module: Path, node_bin: P
     )
 
 
-def image_archives(version: str, image_name: Callable[[str], str], emulated_qemu: Path,
-                   runner: CommandRunner | None = None) -> list[Path]:
+def image_archives(module: BuildModule, image_name: Callable[[str], str],
+                   emulated_qemu: Path, runner: CommandRunner | None = None) -> list[Path]:
     """OCI archives of virt-handler and virt-launcher for ``version`` under the names
     ``image_name(program)``, built when they are not cached (keyed by the release, the
     names, the roots' recipes and the EMULATED QEMU front ``emulated_qemu``)."""
-    control_plane = components.kubevirt_component(version)
-    node_bin = components.build(components.kubevirt_node_component(version), runner)
-    launcher_bin = launcher_programs(version, runner)
+    version, source = module.code.version, module.code.source
+    node_bin = components.build(components.kubevirt_node_component(module), runner)
+    launcher_bin = launcher_programs(module, runner)
     daemon = virtqemud(runner)
-    module = components.module_source(control_plane, f"kubevirt.io/kubevirt@{version}")
     folder = components.CACHE_ROOT / f"kubevirt-images-{version}"
     archives = []
     launcher_root = debian.build_root(LAUNCHER_ROOT, runner)
     handler_root = debian.build_root(HANDLER_ROOT, runner)
     specs = {
         "virt-launcher": lambda: launcher_image(image_name("virt-launcher"), version,
-                                                launcher_root, module, node_bin,
+                                                launcher_root, source, node_bin,
                                                 launcher_bin, daemon, emulated_qemu),
         "virt-handler": lambda: handler_image(image_name("virt-handler"), version,
-                                              handler_root, module, node_bin,
+                                              handler_root, source, node_bin,
                                               launcher_root / "usr/bin/passt-repair"),
     }
     # The images change with their inputs and with how this module assembles them.
