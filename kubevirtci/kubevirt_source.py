@@ -91,6 +91,11 @@ class KubeVirtSource(ABC):
     def declared_capabilities(self) -> Capabilities:
         return Capabilities()
 
+    def prepare(self, provider: Provider) -> None:
+        """Build what deploying onto the provider's cluster needs (cached), so that the
+        long work happens before the tests, where its progress shows."""
+        return
+
     @abstractmethod
     def deploy(self, kube: Kube, provider: Provider, await_node_agents: bool) -> str:
         """Deploy (or redeploy) onto the provider's cluster; what was done, for the log."""
@@ -117,6 +122,7 @@ class BuiltSource(KubeVirtSource):
     def __init__(self, code: KubeVirtCode, runner: CommandRunner | None = None) -> None:
         self.code = code
         self._module: BuildModule | None = None
+        self._built: tuple[list[Path], list[dict[str, Any]]] | None = None
         self.runner = runner or StreamingRunner()
 
     def build_module(self) -> BuildModule:
@@ -150,16 +156,23 @@ class BuiltSource(KubeVirtSource):
                                       await_node_agents)
         return installer.install()
 
-    def _build_here(self, provider: Provider) -> list[dict[str, Any]]:
-        """Built from its code here (cached by content), its images loaded onto the
-        nodes as kind loads an image archive."""
+    def prepare(self, provider: Provider) -> None:
+        """Built from its code here (cached by content) where nodes pull no images."""
+        if provider.pulls_public_images or self._built is not None:
+            return
         from kubevirtci.local import kubevirt as hermetic
 
         front = provider.emulated_vfio_front()
         if front is None:
             raise SuiteUsageError(f"provider {provider.name} cannot run KubeVirt built here",
                                   "use --provider local")
-        archives, manifest = hermetic.build(self.build_module(), front)
+        self._built = hermetic.build(self.build_module(), front)
+
+    def _build_here(self, provider: Provider) -> list[dict[str, Any]]:
+        """Its images loaded onto the nodes, as kind loads an image archive."""
+        self.prepare(provider)
+        assert self._built is not None
+        archives, manifest = self._built
         provider.load_image_archives(archives)
         return manifest
 

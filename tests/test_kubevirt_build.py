@@ -203,3 +203,15 @@ def test_node_programs_build_from_the_same_module_with_cgo(tmp_path):
     assert "virt-handler" in node.programs() and "virt-launcher" not in node.programs()
     assert "gitVersion=v1.9.0" in node.ldflags
     assert node.version == control_plane.version == "v1.9.0-0123456789ab"
+
+
+def test_a_refused_download_is_named_once_by_module_and_version():
+    stderr = (
+        "go: downloading k8s.io/kube-openapi v0.0.0-2024\n"
+        "kubevirt.io/client-go/api: kubevirt.io/client-go@v1.6.1: reading "
+        "https://proxy.golang.org/kubevirt.io/client-go/@v/v1.6.1.zip: 403 Forbidden\n"
+        "kubevirt.io/client-go/log: kubevirt.io/client-go@v1.6.1: reading "
+        "https://proxy.golang.org/kubevirt.io/client-go/@v/v1.6.1.zip: 403 Forbidden\n"
+        "libguestfs.org/libnbd: module libguestfs.org/libnbd: reading "
+        "https://proxy.golang.org/libguestfs.org/libnbd/@v/list: 403 Forbidden\n")
+    assert kubevirt_module.refused_modules(stderr) == ["kubevirt.io/client-go@v1.6.1"]

@@ -201,6 +201,13 @@ def build_module(code: KubeVirtCode, cache_root: Path) -> BuildModule:
     return BuildModule(code, folder, tuple(exceptions))
 
 
+def refused_modules(stderr: str) -> list[str]:
+    """module@version of each download the proxy refused (403, 404, 410), except the
+    libnbd placeholder's, whose package nothing outside virt-launcher imports."""
+    found = re.findall(r"(\S+@v[^\s:]+): reading \S+: (?:403|404|410)", stderr)
+    return sorted({m for m in found if not m.startswith("libguestfs.org/libnbd@")})
+
+
 def _generate(code: KubeVirtCode, folder: Path, mod: str, sums: str) -> None:
     staging = folder.with_name(folder.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
@@ -211,14 +218,13 @@ def _generate(code: KubeVirtCode, folder: Path, mod: str, sums: str) -> None:
     # -e: the libnbd placeholder provides no package (only virt-launcher imports it);
     # any other module that cannot be had is named below, before a build starts.
     result = go(["mod", "tidy", "-e"], staging)
-    refused = sorted({line.strip() for line in result.stderr.splitlines()
-                      if ("403" in line or "not available" in line or "404" in line)
-                      and "libguestfs.org/libnbd" not in line})
+    refused = refused_modules(result.stderr)
     if result.returncode != 0 or refused:
         shutil.rmtree(staging, ignore_errors=True)
+        why = (f"the Go module proxy refuses {', '.join(refused)}" if refused
+               else result.stderr.strip()[-400:])
         raise SuiteUsageError(
-            f"KubeVirt {code.version} cannot be built here: "
-            f"{'; '.join(refused) or result.stderr.strip()[-400:]}",
+            f"KubeVirt {code.version} cannot be built here: {why}",
             "serve the module through GOPROXY, or add a named exception for it in "
             "kubevirtci/local/kubevirt_module.py (REFUSED)")
     (staging / "tidy.done").write_text("")
