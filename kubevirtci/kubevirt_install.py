@@ -153,12 +153,18 @@ def installed_version(cr: dict[str, Any] | None) -> str | None:
 
 
 def deployment_available(kube: Kube, name: str, namespace: str) -> Verdict:
-    """Available with a ready replica; a pod of it that cannot run ends the wait."""
+    """Available with a ready replica of its current template; a pod of it that cannot
+    run ends the wait."""
     deployment = kube.find("Deployment", name, namespace)
     if deployment is None:
         return False
-    if has_condition(deployment, "Available") and \
-            (deployment.get("status") or {}).get("readyReplicas"):
+    status = deployment.get("status") or {}
+    # Rolled out: an updated template (another release's operator) is not available
+    # while pods of the old one still answer.
+    rolled_out = (status.get("observedGeneration", 0) >= deployment["metadata"].get(
+        "generation", 1) and status.get("updatedReplicas") == status.get("replicas")
+        and not status.get("unavailableReplicas"))
+    if has_condition(deployment, "Available") and status.get("readyReplicas") and rolled_out:
         return True
     return pod_failure(pods_of(kube, deployment)) or False
 

@@ -134,7 +134,14 @@ def test_domain_xml_hostdev_source_matches_allocated_pci_bus_id(
     vm = vms.running(kube, "vm", namespace)
     sources = hostdev_sources(domain_xml(kube, vm.pod, "vm", namespace))
     alias = dra_hostdev_alias(profile.device_kind, "nvme")
-    assert sources.get(alias) == _allocated_bus_id(kube, namespace)[PCI_BUS_ID], sources
+    allocated = _allocated_bus_id(kube, namespace)[PCI_BUS_ID]
+    assert alias in sources, (
+        f"the domain has no hostdev with alias {alias}, the one KubeVirt gives the DRA "
+        f"host device 'nvme' (virtwrap/device/hostdevice/dra); its hostdevs by alias and "
+        f"PCI source: {sources}")
+    assert sources[alias] == allocated, (
+        f"the domain hostdev {alias} passes {sources[alias]} to the guest, but the claim "
+        f"was allocated {allocated}")
 
 
 @markers.dra_launcher

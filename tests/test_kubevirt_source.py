@@ -116,3 +116,30 @@ def test_a_provider_that_cannot_deploy_a_tree_says_so(tmp_path):
         BuiltSource(TREE, Recording()).deploy(object(), ExistingProvider(None), True)
     assert NoKubeVirt().deploy(object(), LocalProvider(tmp_path), True).startswith(
         "KubeVirt not installed")
+
+
+class DeploymentKube:
+    """find() answers one Deployment; its pods are none (nothing failing)."""
+
+    def __init__(self, deployment: dict) -> None:
+        self.deployment = deployment
+
+    def find(self, kind, name, namespace=None):
+        return self.deployment
+
+    def list(self, kind, namespace=None, label_selector=None):
+        return []
+
+
+def test_an_operator_is_ready_only_once_its_new_template_rolled_out():
+    from kubevirtci.kubevirt_install import deployment_available
+
+    rolling = {"metadata": {"generation": 2, "namespace": "kubevirt"},
+               "spec": {"selector": {"matchLabels": {"k": "v"}}},
+               "status": {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 1,
+                          "readyReplicas": 2,
+                          "conditions": [{"type": "Available", "status": "True"}]}}
+    # the old release's pods still answer: not the operator that was applied
+    assert not deployment_available(DeploymentKube(rolling), "virt-operator", "kubevirt")
+    done = {**rolling, "status": {**rolling["status"], "replicas": 2, "updatedReplicas": 2}}
+    assert deployment_available(DeploymentKube(done), "virt-operator", "kubevirt")

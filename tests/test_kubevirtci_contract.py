@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from core.kube import load_api_client, tls_unverified
 from fixtures.options import DEFAULT_KUBEVIRT_VERSION
 from kubevirtci.discovery import parse_version
+from kubevirtci.kubevirt_code import download
 from kubevirtci.kubevirtci_provider import KubevirtciProvider, KubevirtciSettings
 from kubevirtci.provider import BIND_DEVICE_PLUGIN_NVME
 from kubevirtci.releases import release_for
@@ -139,3 +141,25 @@ def test_node_output_and_failure_come_back(cluster):
     assert out.strip() == "hello"
     with pytest.raises(CommandFailed, match="is node node02 up"):
         cluster.provider.node("node02").run(["sh", "-c", "exit 3"])
+
+
+def test_a_trees_cluster_sync_reaches_the_cluster_the_provider_brought_up(tmp_path):
+    """What `make cluster-sync` of a KubeVirt tree (v1.9.0's, from its module) reads to
+    find its cluster, under the environment the source gives it: the same kubevirtci
+    settings, and the configuration folder where the provider's kubeconfig.sh looks."""
+    tree = Path(str(download("kubevirt.io/kubevirt", DEFAULT_KUBEVIRT_VERSION)["Dir"]))
+    assert "\ncluster-sync:\n\t./hack/cluster-sync.sh\n" in (tree / "Makefile").read_text()
+    provider = KubevirtciProvider(
+        KubevirtciSettings(DEFAULT_KUBEVIRT_VERSION, checkout=tree / "kubevirtci"),
+        StreamingRunner(echo=False), base_env={"PATH": "/usr/bin:/bin"})
+    env = provider.tooling_env()
+    # hack/cluster-sync.sh sources hack/config-kubevirtci.sh, then hack/common.sh.
+    script = ("source hack/config-kubevirtci.sh; source hack/common.sh >/dev/null 2>&1; "
+              'echo "$KUBEVIRTCI_CONFIG_PATH|$KUBEVIRT_PROVIDER|$KUBEVIRT_NUM_NODES|'
+              '$KUBEVIRTCI_TAG"')
+    seen = subprocess.run(["bash", "-c", script], cwd=tree, env=env, capture_output=True,
+                          text=True, check=True).stdout.strip().splitlines()[-1]
+    config_path, k8s_provider, nodes, tag = seen.split("|")
+    assert Path(config_path) == tree / "kubevirtci" / "_ci-configs" == \
+        Path(env["KUBEVIRTCI_CONFIG_PATH"])
+    assert (k8s_provider, nodes, tag) == (provider.k8s_provider(), "2", provider.tag())
