@@ -23,6 +23,7 @@ class ReleaseRun:
 
     release: str  # as the run named the KubeVirt under test
     identity: str
+    deploy: str = "-"  # what deploying it did and took (the run's install log)
     statuses: dict[str, str] = field(default_factory=dict)  # requirement -> status
     reasons: dict[str, list[str]] = field(default_factory=dict)  # requirement -> reasons
 
@@ -51,6 +52,8 @@ def read_run(bundle: Path) -> ReleaseRun:
     results = json.loads((bundle / RESULTS).read_text())
     release = facts.get("kubevirt_build") or facts.get("kubevirt_version") or bundle.name
     run = ReleaseRun(str(release), str(facts.get("kubevirt_version", "")))
+    run.deploy = next((line.split("KubeVirt: ", 1)[1] for line in facts.get("header", [])
+                       if line.startswith("install: KubeVirt: ")), "-")
     reasons = junit_reasons(bundle / JUNIT) if (bundle / JUNIT).is_file() else {}
     for rid, result in results.items():
         run.statuses[rid] = str(result["status"])
@@ -84,6 +87,8 @@ def document(runs: list[ReleaseRun], command: str) -> str:
             continue
         title = BY_ID[rid].text if rid in BY_ID else ""
         lines.append(f"| {rid} {title} | " + " | ".join(cells) + " |")
+    lines += ["", "## Deploying each release", ""]
+    lines += [f"- {run.release}: {run.deploy}" for run in run_by_release]
     lines += ["", "## Why an entry is not a pass", ""]
     for run in run_by_release:
         if not run.reasons:

@@ -23,8 +23,9 @@ trace</failure></testcase>
 
 def bundle(folder: Path, build: str, statuses: dict[str, tuple[str, dict[str, str]]]) -> Path:
     folder.mkdir(parents=True)
-    (folder / "facts.json").write_text(json.dumps({"kubevirt_build": build,
-                                                   "kubevirt_version": build}))
+    (folder / "facts.json").write_text(json.dumps({
+        "kubevirt_build": build, "kubevirt_version": build,
+        "header": [f"install: KubeVirt: replaced v1.9.0: installed {build} (141 s)"]}))
     (folder / "requirements.json").write_text(json.dumps({
         rid: {"level": "required", "status": status, "tests": tests}
         for rid, (status, tests) in statuses.items()}))
@@ -55,3 +56,4 @@ def test_the_matrix_has_a_column_per_release_and_says_why_an_entry_is_not_a_pass
     assert "does not check claim-name-not-dns-label" in text
     assert "the webhook accepted a VMI mixing DRA and device-plugin GPUs" in text
     assert "### v1.9.0" not in text  # nothing to explain where everything passed
+    assert "- v1.8.4: replaced v1.9.0: installed v1.8.4 (141 s)" in text

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.errors import SuiteUsageError
+from kubevirtci.kubevirt_code import GO_TIMEOUT
 from kubevirtci.local import components, debian, images, kubevirt_module
 from kubevirtci.local.debian import RootRecipe
 from kubevirtci.local.kubevirt_module import BuildModule
@@ -131,7 +132,7 @@ def launcher_programs(module: BuildModule, runner: CommandRunner | None = None) 
     listed = subprocess.run(["go", "list", f"-modfile={modfile}", "-mod=mod", "-deps",
                              *packages], env={**os.environ, "CGO_ENABLED": "1"},
                             cwd=module.folder, capture_output=True, text=True, check=False,
-                            timeout=kubevirt_module.GO_TIMEOUT)
+                            timeout=GO_TIMEOUT)
     if listed.returncode != 0:
         raise SuiteUsageError(f"cannot fetch virt-launcher's modules: {listed.stderr[-600:]}",
                               "check that the Go module proxy is reachable")
