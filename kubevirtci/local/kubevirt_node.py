@@ -261,14 +261,14 @@ def handler_image(name: str, version: str, root: Path, module: Path, node_bin: P
 
 def image_archives(module: BuildModule, image_name: Callable[[str], str],
                    emulated_qemu: Path, runner: CommandRunner | None = None) -> list[Path]:
-    """OCI archives of virt-handler and virt-launcher for ``version`` under the names
-    ``image_name(program)``, built when they are not cached (keyed by the release, the
-    names, the roots' recipes and the EMULATED QEMU front ``emulated_qemu``)."""
+    """OCI archives of virt-handler and virt-launcher of the module's code under the
+    names ``image_name(program)``, built when they are not cached (keyed by the code's
+    build, the names, the roots' recipes and the EMULATED QEMU front ``emulated_qemu``)."""
     version, source = module.code.version, module.code.source
     node_bin = components.build(components.kubevirt_node_component(module), runner)
     launcher_bin = launcher_programs(module, runner)
     daemon = virtqemud(runner)
-    folder = components.CACHE_ROOT / f"kubevirt-images-{version}"
+    folder = components.CACHE_ROOT / f"kubevirt-images-{version}-{module.key}"
     archives = []
     launcher_root = debian.build_root(LAUNCHER_ROOT, runner)
     handler_root = debian.build_root(HANDLER_ROOT, runner)
