@@ -173,14 +173,22 @@ def claim_deallocated(obj: Obj) -> bool:
     return obj is not None and not status.get("allocation") and not status.get("reservedFor")
 
 
-def vmi_failure(obj: Obj) -> Stop | None:
-    """A VMI that ended: ``Failed`` (or ``Succeeded`` while it should run) is final, and
-    so is one whose launcher virt-controller cannot render (its spec will not change)."""
-    status = (obj or {}).get("status") or {}
-    for c in status.get("conditions") or []:
+def launcher_render_failure(obj: Obj) -> Stop | None:
+    """A VMI (or its VM, which mirrors the VMI's conditions) whose launcher
+    virt-controller cannot render: final, since the spec will not change."""
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
         if c.get("type") == "Synchronized" and c.get("status") == "False" and \
                 str(c.get("message", "")).startswith("failed to render launch manifest"):
             return Stop(f"virt-controller cannot create the launcher: {c['message']}")
+    return None
+
+
+def vmi_failure(obj: Obj) -> Stop | None:
+    """A VMI that ended: ``Failed`` (or ``Succeeded`` while it should run) is final, and
+    so is one whose launcher virt-controller cannot render."""
+    status = (obj or {}).get("status") or {}
+    if render := launcher_render_failure(obj):
+        return render
     phase = status.get("phase")
     if phase not in ("Failed", "Succeeded"):
         return None
@@ -211,7 +219,9 @@ def vm_ready(obj: Obj) -> Verdict:
     if status.get("ready"):
         return True
     printable = status.get("printableStatus")
-    return Stop(f"VM is {printable}") if printable in FATAL_VM_STATUSES else False
+    if printable in FATAL_VM_STATUSES:
+        return Stop(f"VM is {printable}")
+    return launcher_render_failure(obj) or False
 
 
 def vm_stopped(obj: Obj) -> bool:

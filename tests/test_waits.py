@@ -73,6 +73,12 @@ def test_vm_that_cannot_start_and_a_restart_condition():
     assert isinstance(waits.vm_ready({"status": {"printableStatus": "CrashLoopBackOff"}}),
                       waits.Stop)
     assert waits.vm_ready({"status": {"printableStatus": "Starting"}}) is False
+    # virt-controller cannot render the launcher: the VM mirrors it, and no wait helps
+    refused = {"status": {"printableStatus": "Starting", "conditions": [
+        {"type": "Synchronized", "status": "False", "reason": "FailedCreate",
+         "message": "failed to render launch manifest: HostDevice  is not permitted"}]}}
+    stop = waits.vm_ready(refused)
+    assert isinstance(stop, waits.Stop) and "not permitted" in stop.reason
     restarted = waits.vmi_restarted("u1")
     assert restarted(vmi("Running")) is False  # the old VMI still runs
     assert restarted({**vmi("Running"), "metadata": {"uid": "u2"}}) is True
