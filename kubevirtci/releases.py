@@ -38,6 +38,8 @@ class KnownBug:
     fixed_in: str  # the first release with the fix
     # Only where the KubeVirt CR configures permittedHostDevices.
     needs_permitted_host_devices: bool = False
+    # Only on Kubernetes releases from this one on (None: any).
+    min_kubernetes: tuple[int, int] | None = None
 
     def reason(self, version: str) -> str:
         return (f"KubeVirt {version} bug: {self.summary} ({self.upstream}, fixed in "
@@ -70,10 +72,14 @@ class Release:
     def default_on_gates(self) -> set[str]:
         return {name for name, gate in self.gates.items() if gate.default_on}
 
-    def bugs_on(self, path: str, permits_host_devices: bool) -> list[KnownBug]:
-        """The bugs that break ``path`` on a cluster configured so."""
+    def bugs_on(self, path: str, permits_host_devices: bool,
+                kubernetes: tuple[int, ...] | None) -> list[KnownBug]:
+        """The bugs that break ``path`` on a cluster configured so, of this Kubernetes
+        release (None: unknown, every bug that may apply)."""
         return [bug for bug in self.bugs if bug.path == path
-                and (permits_host_devices or not bug.needs_permitted_host_devices)]
+                and (permits_host_devices or not bug.needs_permitted_host_devices)
+                and (bug.min_kubernetes is None or kubernetes is None
+                     or kubernetes[:2] >= bug.min_kubernetes)]
 
     def summary(self) -> str:
         """What the suite expects of this release, for the report header."""
@@ -114,6 +120,7 @@ _PCIE_ROOT_AS_ADDRESS = (
 
 # The paths of fixtures/markers.py that a release's bugs break.
 DRA_LAUNCHER = "dra_launcher"  # a VMI whose launcher carries DRA host devices
+VM_RUNNING = "vm_running"  # a VMI that must reach Running
 # renderresources.go validatePermittedHostDevices checks every hostDevices entry against
 # permittedHostDevices, and a DRA entry has no deviceName: "HostDevice  is not permitted".
 PERMITTED_HOST_DEVICES_BLOCK_DRA = KnownBug(
@@ -126,6 +133,15 @@ PRE_KEP_METADATA_PATH = KnownBug(
     DRA_LAUNCHER, f"virt-launcher reads device metadata under {PRE_KEP_ROOT}/<claim>/"
     f"<request>, not the KEP-5304 path the kubelet writes ({KEP_5304_ROOT}/resourceclaims/"
     "...)", "kubevirt/kubevirt#17028", "v1.8.3")
+# validations_generated.go of 1.8.0-1.8.3: status.kernelBootStatus.{kernel,initrd}Info and
+# volumeStatus[].containerDiskVolume checksums (CRC32, uint32) are `format: int32`;
+# Kubernetes 1.36 enforces formats, so a checksum above 2^31 fails every status update.
+CHECKSUM_AS_INT32 = KnownBug(
+    VM_RUNNING, "the VMI CRD declares the status checksums of kernel boot and container "
+    "disks (uint32) as int32, which Kubernetes 1.36+ enforces: virt-handler's status "
+    "updates are rejected and the VMI never reports Running", "kubevirt/kubevirt#17858",
+    "v1.8.4", min_kubernetes=(1, 36))
+
 RELEASES: tuple[Release, ...] = (
     Release(
         (1, 6, 0), ("v1.6.1",), "2507072117-b751e332", _GATES_UP_TO_1_8, frozenset(), (), None,
@@ -141,10 +157,14 @@ RELEASES: tuple[Release, ...] = (
     Release(
         (1, 8, 0), ("v1.8.1", "v1.8.2"), "2602190951-056f8f79", _GATES_UP_TO_1_8,
         _HOST_DEVICE_RULES_V1_8, (METADATA_V1ALPHA1,), PRE_KEP_ROOT, None, _PODCLAIMNAME,
-        (PERMITTED_HOST_DEVICES_BLOCK_DRA, PRE_KEP_METADATA_PATH)),
+        (PERMITTED_HOST_DEVICES_BLOCK_DRA, PRE_KEP_METADATA_PATH, CHECKSUM_AS_INT32)),
     # pkg/dra/admitter/dra_admitter.go of 1.8.3: DRA and device-plugin GPUs in one VMI.
     Release(
-        (1, 8, 3), ("v1.8.3", "v1.8.4"), "2602190951-056f8f79", _GATES_UP_TO_1_8,
+        (1, 8, 3), ("v1.8.3",), "2602190951-056f8f79", _GATES_UP_TO_1_8,
+        _HOST_DEVICE_RULES_V1_8, (METADATA_V1ALPHA1,), KEP_5304_ROOT, None, _METADATA_DIR,
+        (PERMITTED_HOST_DEVICES_BLOCK_DRA, CHECKSUM_AS_INT32)),
+    Release(
+        (1, 8, 4), ("v1.8.4",), "2602190951-056f8f79", _GATES_UP_TO_1_8,
         _HOST_DEVICE_RULES_V1_8, (METADATA_V1ALPHA1,), KEP_5304_ROOT, None, _METADATA_DIR,
         (PERMITTED_HOST_DEVICES_BLOCK_DRA,)),
     Release(

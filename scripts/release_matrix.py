@@ -5,9 +5,9 @@ the runs' bundles (reports/matrix.py):
     python scripts/release_matrix.py --releases v1.8.1,v1.8.2,v1.8.3,v1.8.4,v1.9.0
     python scripts/release_matrix.py --write-only     # the document from earlier runs
 
-Each release is one ordinary run (`pytest suites --kubevirt-version R --keep-cluster`),
-so its bundle is what any user's run of that release would produce. Further arguments
-after `--` go to every run (e.g. `-- -n 2`, `--provider kubevirtci`)."""
+Each release is one ordinary run (`pytest suites --kubevirt-version R --keep-cluster
+--cleanup-stale`), so its bundle is what any user's run of that release would produce.
+Further arguments after `--` go to every run (e.g. `-- -n 2`, `--provider kubevirtci`)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ def run_release(release: str, extra: list[str]) -> tuple[int, float]:
     """One release's run, its output streamed; (exit status, seconds)."""
     folder = OUTPUT / release
     argv = [sys.executable, "-m", "pytest", "suites", "-m", KUBEVIRT_SUITES,
-            "--kubevirt-version", release, "--keep-cluster", "--artifacts-dir", str(folder),
+            "--kubevirt-version", release, "--keep-cluster", "--cleanup-stale",
+            "--artifacts-dir", str(folder),
             f"--junitxml={folder / 'junit.xml'}", *extra]
     print(f"== {release}: {shlex.join(argv[2:])}", flush=True)
     start = time.monotonic()

@@ -135,6 +135,7 @@ def test_unsatisfiable_selector_leaves_vmi_pending_with_reason(
 
 
 @markers.dra_launcher
+@markers.vm_running
 @markers.requires_running_vms
 @markers.requirement("ADMIT-004")
 def test_deleting_a_claim_in_use_does_not_take_the_device_from_a_running_vm(

@@ -16,7 +16,8 @@ from fixtures.devices import PCI_BUS_ID, allocated_devices, claim_device_attribu
 from fixtures.launcher import metadata_dir, read_metadata_files
 from kubevirtci.capabilities import Capability
 
-pytestmark = [markers.persistence, markers.requires_running_vms, markers.dra_launcher]
+pytestmark = [markers.persistence, markers.requires_running_vms, markers.dra_launcher,
+              markers.vm_running]
 
 
 def _vm_with_claim(name, profile, claim_name, *options, vm_options=()):

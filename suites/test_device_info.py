@@ -24,7 +24,8 @@ from fixtures.launcher import (
 )
 from kubevirtci.capabilities import Capability
 
-pytestmark = [markers.device_info, markers.requires_running_vms]
+pytestmark = [markers.device_info, markers.requires_running_vms,
+              markers.vm_running]
 
 
 def _dra_vm(objects, profile):

@@ -8,7 +8,8 @@ from fixtures.builders.vmi import with_claim_reference, with_node_selector
 from fixtures.claims import REQUEST, pick_free_device, pinned_claim
 from fixtures.devices import allocated_devices
 
-pytestmark = [markers.lifecycle, markers.requires_running_vms, markers.dra_launcher]
+pytestmark = [markers.lifecycle, markers.requires_running_vms, markers.dra_launcher,
+              markers.vm_running]
 
 RESTART_CYCLES = 5
 

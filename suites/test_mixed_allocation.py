@@ -46,6 +46,7 @@ def _hostdev_addresses(kube, vm):
 
 
 @markers.dra_launcher
+@markers.vm_running
 @markers.requirement("MIXED-001")
 def test_device_plugin_vm_and_dra_vm_run_on_same_node(kube, objects, namespace, profile):
     device = pick_free_device(kube, profile)
@@ -61,6 +62,7 @@ def test_device_plugin_vm_and_dra_vm_run_on_same_node(kube, objects, namespace, 
 
 
 @markers.dra_launcher
+@markers.vm_running
 @markers.requirement("MIXED-002")
 def test_one_vm_with_device_plugin_and_dra_host_devices(kube, objects, namespace, profile):
     objects.create(plain_claim("nvme", profile))
@@ -91,6 +93,7 @@ def test_dra_and_device_plugin_gpus_in_one_vmi_are_rejected(objects, profile):
 
 
 @markers.dra_launcher
+@markers.vm_running
 @markers.requirement("MIXED-004")
 def test_no_pci_address_is_assigned_twice_across_running_vms_of_the_run(
     kube, objects, namespace, profile, run_id
@@ -118,6 +121,7 @@ def _device_plugin_capacity(kube, node, resource):
 
 
 @markers.dra_launcher
+@markers.vm_running
 @markers.exclusive_devices
 @markers.requirement("MIXED-005")
 def test_exhausting_device_plugin_pool_does_not_block_dra(kube, objects, namespace, profile):
@@ -133,6 +137,7 @@ def test_exhausting_device_plugin_pool_does_not_block_dra(kube, objects, namespa
 
 
 @markers.dra_launcher
+@markers.vm_running
 @markers.exclusive_devices
 @markers.requirement("MIXED-006")
 def test_exhausting_dra_pool_does_not_block_device_plugin(kube, objects, namespace, profile):

@@ -7,7 +7,8 @@ from __future__ import annotations
 from core import waits
 from fixtures import markers, vms
 
-pytestmark = [markers.vm, markers.requires_plain_vms]
+pytestmark = [markers.vm, markers.requires_plain_vms,
+              markers.vm_running]
 
 BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
 

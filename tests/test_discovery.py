@@ -163,19 +163,30 @@ def test_patch_releases_of_one_minor_are_told_apart():
     early, late = release_for((1, 8, 2)), release_for((1, 8, 3))
     assert early.metadata_root == "/var/run/dra-device-attributes"
     assert late.metadata_root == "/var/run/kubernetes.io/dra-device-attributes"
-    assert release_for((1, 8, 0)) is early and release_for((1, 8, 4)) is late
+    assert release_for((1, 8, 0)) is early and release_for((1, 8, 4)).metadata_root == \
+        late.metadata_root
     assert release_for((1, 8)) is early  # a minor alone is its first patch release
 
 
 def test_a_bug_is_expected_only_where_the_release_has_it_and_the_cluster_meets_it():
-    bug = "kubevirt/kubevirt#17385"
+    bug, k8s = "kubevirt/kubevirt#17385", (1, 37, 2)
     for version in ((1, 8, 1), (1, 8, 4)):
-        assert [b.upstream for b in release_for(version).bugs_on("dra_launcher", True)
+        assert [b for b in release_for(version).bugs_on("dra_launcher", True, k8s)
                 if b.upstream == bug]
-        assert all(b.upstream != bug for b in release_for(version).bugs_on("dra_launcher", False))
-    assert release_for((1, 9, 0)).bugs_on("dra_launcher", True) == []
+        assert all(b.upstream != bug
+                   for b in release_for(version).bugs_on("dra_launcher", False, k8s))
+    assert release_for((1, 9, 0)).bugs_on("dra_launcher", True, k8s) == []
     # The older metadata path breaks 1.8.1/1.8.2 whatever the configuration; 1.8.3 fixed it.
-    assert release_for((1, 8, 2)).bugs_on("dra_launcher", False)
-    assert not release_for((1, 8, 3)).bugs_on("dra_launcher", False)
-    assert "fixed in v1.9.0" in release_for((1, 8, 4)).bugs_on("dra_launcher", True)[0].reason(
-        "v1.8.4")
+    assert release_for((1, 8, 2)).bugs_on("dra_launcher", False, k8s)
+    assert not release_for((1, 8, 3)).bugs_on("dra_launcher", False, k8s)
+    assert "fixed in v1.9.0" in release_for((1, 8, 4)).bugs_on(
+        "dra_launcher", True, k8s)[0].reason("v1.8.4")
+
+
+def test_the_int32_checksum_bug_needs_kubernetes_1_36_and_was_fixed_in_1_8_4():
+    for version in ((1, 8, 1), (1, 8, 3)):
+        release = release_for(version)
+        assert [b.upstream for b in release.bugs_on("vm_running", False, (1, 37, 2))] == [
+            "kubevirt/kubevirt#17858"]
+        assert release.bugs_on("vm_running", False, (1, 35, 0)) == []  # formats unchecked
+    assert release_for((1, 8, 4)).bugs_on("vm_running", False, (1, 37, 2)) == []
