@@ -23,6 +23,7 @@ class Timeout(Enum):
     SERVICE_ROUTED = ("a Service routes to its pods", 60)
     # KubeVirt VMs
     VMI_RUNNING = ("a VMI runs", 300)
+    GUEST_REPORTED = ("virt-handler reports a guest running once its launcher is Ready", 60)
     VMI_UNSCHEDULABLE = ("a VMI reports that its launcher cannot be scheduled", 120)
     VMI_DELETED = ("a VMI is gone", 180)
     VM_START = ("a VM becomes ready", 420)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -22,6 +23,9 @@ from urllib3.exceptions import HTTPError
 
 from core.kube import Kube
 from core.timeouts import Timeout, WaitFailed, WaitTimeout
+
+# How often a wait whose condition depends on time lists its object again.
+GUEST_RECHECK_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
@@ -37,8 +41,10 @@ Condition = Callable[[Obj], Verdict]
 
 
 def wait_for(kube: Kube, kind: str, name: str, namespace: str | None, condition: Condition,
-             timeout: Timeout, what: str) -> Obj:
-    """Wait until ``condition(obj)`` holds (``obj`` is None while the object is absent)."""
+             timeout: Timeout, what: str, recheck: float | None = None) -> Obj:
+    """Wait until ``condition(obj)`` holds (``obj`` is None while the object is absent).
+    ``recheck``: the longest a watch stays open before the object is listed and tested
+    again, for a condition that also depends on time or on other objects."""
     deadline = time.monotonic() + timeout.seconds
     field_selector = f"metadata.name={name}"
     ref = f"{kind} {namespace + '/' if namespace else ''}{name}"
@@ -61,8 +67,9 @@ def wait_for(kube: Kube, kind: str, name: str, namespace: str | None, condition:
             last = items[0] if items else None
             if settled(last):
                 return last
+            window = min(remaining, recheck) if recheck else remaining
             for event in kube.watch_stream(kind, namespace, field_selector, version,
-                                           max(1, int(remaining))):
+                                           max(1, int(window))):
                 last = None if event["type"] == "DELETED" else event["object"]
                 if settled(last):
                     return last
@@ -197,6 +204,31 @@ def vmi_failure(obj: Obj) -> Stop | None:
     return Stop(f"VMI {phase}" + (f" ({messages})" if messages else ""))
 
 
+def unreported_guest(kube: Kube, vmi: Obj) -> Stop | None:
+    """A VMI still ``Scheduled`` whose launcher pod has been Ready (its guest runs) for
+    longer than GUEST_REPORTED: virt-handler cannot report it, and waiting longer does
+    not help (its status updates are being refused)."""
+    status = (vmi or {}).get("status") or {}
+    if vmi is None or status.get("phase") != "Scheduled":
+        return None
+    pods = kube.list("Pod", vmi["metadata"].get("namespace"),
+                     label_selector=f"kubevirt.io/created-by={vmi['metadata']['uid']}")
+    for pod in pods:
+        ready = next((c for c in (pod.get("status") or {}).get("conditions") or []
+                      if c.get("type") == "Ready" and c.get("status") == "True"), None)
+        if ready is None or not ready.get("lastTransitionTime"):
+            continue
+        since = datetime.fromisoformat(ready["lastTransitionTime"])
+        if (datetime.now(UTC) - since).total_seconds() > Timeout.GUEST_REPORTED.seconds:
+            return Stop(
+                f"its launcher {pod['metadata']['name']} has been Ready since "
+                f"{ready['lastTransitionTime']}, yet virt-handler has not reported the guest "
+                f"running for {Timeout.GUEST_REPORTED.seconds:.0f} s: virt-handler's log "
+                "names the refused status update (KubeVirt v1.8.0-v1.8.3 on Kubernetes "
+                "1.36+: kubevirt/kubevirt#17858)")
+    return None
+
+
 def vmi_running(obj: Obj) -> Verdict:
     if obj is not None and (obj.get("status") or {}).get("phase") == "Running":
         return True
@@ -266,8 +298,14 @@ def vm_is_stopped(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
 
 
 def vmi_is_running(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
-    return wait_present(kube, "VirtualMachineInstance", name, namespace, vmi_running,
-                        Timeout.VMI_RUNNING, "VMI Running")
+    """The VMI Running; one whose guest runs but is never reported stops the wait."""
+    def reported_running(vmi: Obj) -> Verdict:
+        return vmi_running(vmi) or unreported_guest(kube, vmi) or False
+
+    obj = wait_for(kube, "VirtualMachineInstance", name, namespace, reported_running,
+                   Timeout.VMI_RUNNING, "VMI Running", recheck=GUEST_RECHECK_SECONDS)
+    assert obj is not None
+    return obj
 
 
 # How long each kind may take to go once deleted (finalizers, graceful pod shutdown).

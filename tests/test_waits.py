@@ -22,6 +22,9 @@ class WatchedObject:
         first = self.states[0]
         return ([first] if first is not None else []), "1"
 
+    def list(self, kind, namespace=None, label_selector=None):
+        return []  # no launcher pods
+
     def watch_stream(self, kind, namespace, field_selector, version, timeout_seconds):
         for state in self.states[1:]:
             yield ({"type": "DELETED", "object": {}} if state is None
@@ -140,3 +143,31 @@ def test_a_vmi_whose_launcher_cannot_be_rendered_ends_the_wait():
         "message": "failed to render launch manifest: HostDevice  is not permitted"}])
     verdict = waits.vmi_unschedulable(unrenderable)
     assert isinstance(verdict, waits.Stop) and "HostDevice  is not permitted" in verdict.reason
+
+
+class LauncherKube:
+    """list() answers the VMI's launcher pod, Ready since ``ready_since``."""
+
+    def __init__(self, ready_since: str | None) -> None:
+        self.ready_since = ready_since
+
+    def list(self, kind, namespace=None, label_selector=None):
+        conditions = [] if self.ready_since is None else [
+            {"type": "Ready", "status": "True", "lastTransitionTime": self.ready_since}]
+        return [{"metadata": {"name": "virt-launcher-vm-x"}, "status": {"conditions": conditions}}]
+
+
+def test_a_guest_that_runs_but_is_never_reported_ends_the_wait():
+    from datetime import UTC, datetime, timedelta
+
+    def ago(seconds: int) -> str:
+        return (datetime.now(UTC) - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    scheduled = {"metadata": {"namespace": "ns", "uid": "u1"},
+                 "status": {"phase": "Scheduled"}}
+    stop = waits.unreported_guest(LauncherKube(ago(600)), scheduled)
+    assert isinstance(stop, waits.Stop) and "kubevirt/kubevirt#17858" in stop.reason
+    assert waits.unreported_guest(LauncherKube(ago(5)), scheduled) is None  # just started
+    assert waits.unreported_guest(LauncherKube(None), scheduled) is None  # not Ready yet
+    running = {**scheduled, "status": {"phase": "Running"}}
+    assert waits.unreported_guest(LauncherKube(ago(600)), running) is None
