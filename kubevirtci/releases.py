@@ -124,9 +124,9 @@ VM_RUNNING = "vm_running"  # a VMI that must reach Running
 # renderresources.go validatePermittedHostDevices checks every hostDevices entry against
 # permittedHostDevices, and a DRA entry has no deviceName: "HostDevice  is not permitted".
 PERMITTED_HOST_DEVICES_BLOCK_DRA = KnownBug(
-    DRA_LAUNCHER, "virt-controller refuses to render a launcher for DRA host devices while "
-    "permittedHostDevices is configured (\"HostDevice  is not permitted in "
-    "permittedHostDevices configuration\")", "kubevirt/kubevirt#17385", "v1.9.0",
+    DRA_LAUNCHER, "virt-controller renders no launcher for DRA host devices while "
+    "permittedHostDevices is configured (\"HostDevice  is not permitted\")",
+    "kubevirt/kubevirt#17385", "v1.9.0",
     needs_permitted_host_devices=True)
 # pkg/dra/utils.go DefaultMetadataBasePath of 1.8.0-1.8.2: files the kubelet never writes.
 PRE_KEP_METADATA_PATH = KnownBug(

@@ -30,7 +30,7 @@ class ReleaseRun:
 
 def _first_line(text: str | None) -> str:
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[0][:300] if lines else ""
+    return lines[0][:500] if lines else ""
 
 
 def junit_reasons(junit: Path) -> dict[str, str]:
