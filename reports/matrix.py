@@ -75,9 +75,10 @@ def document(runs: list[ReleaseRun], command: str) -> str:
         "the same suites against each release, on one hermetic cluster kept between them "
         "(KubeVirt replaced by the next release's operator). Do not edit: run", "",
         f"    {command}", "",
-        "`pass`, `**FAIL**`, `xfail` (a strict xfail: a known KubeVirt bug named below; a "
-        "pass there would fail the run), `skip` (a feature the release or cluster lacks), "
-        "`-` (not run). Every entry that is not a pass has its reason below the table.", "",
+        "`pass`, `**FAIL**`, `xfail` (a known KubeVirt bug, named below with its fix: a "
+        "strict xfail, so a pass would fail the run; or a property the profile promises "
+        "nothing about), `skip` (a feature the release or cluster lacks), `-` (not run). "
+        "Every entry that is not a pass has its reason below the table.", "",
         header, "|" + " --- |" * (len(run_by_release) + 1),
     ]
     for rid in sorted({rid for r in runs for rid in r.statuses}):
