@@ -20,10 +20,10 @@ from kubevirtci.kubevirt_install import (
     supports_virt_template_switch,
 )
 from kubevirtci.provider import Provider
+from kubevirtci.runner import CommandRunner, StreamingRunner, check
 
 if TYPE_CHECKING:
     from kubevirtci.local.kubevirt_module import BuildModule
-from kubevirtci.runner import CommandRunner, StreamingRunner, check
 
 NO_KUBEVIRT = (
     "KubeVirt is not installed (--without-kubevirt); run without it to deploy KubeVirt, "
@@ -136,11 +136,13 @@ class BuiltSource(KubeVirtSource):
         return KubeVirtIdentity.of(self.code)
 
     def notes(self, provider: Provider) -> tuple[str, ...]:
-        if provider.pulls_public_images:
+        """The build's exceptions once ``prepare`` has made its module: reporting never
+        starts (or repeats) a build, nor raises for one that failed."""
+        if provider.pulls_public_images or self._module is None:
             return ()
         from kubevirtci.local import kubevirt as hermetic
 
-        return tuple(hermetic.build_notes(self.build_module()))
+        return tuple(hermetic.build_notes(self._module))
 
     def deploy(self, kube: Kube, provider: Provider, await_node_agents: bool) -> str:
         code = self.code

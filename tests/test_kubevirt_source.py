@@ -143,3 +143,18 @@ def test_an_operator_is_ready_only_once_its_new_template_rolled_out():
     assert not deployment_available(DeploymentKube(rolling), "virt-operator", "kubevirt")
     done = {**rolling, "status": {**rolling["status"], "replicas": 2, "updatedReplicas": 2}}
     assert deployment_available(DeploymentKube(done), "virt-operator", "kubevirt")
+
+
+def test_a_build_that_failed_leaves_the_report_header_alone(tmp_path, monkeypatch):
+    from kubevirtci.local import kubevirt_module
+
+    def refused(code, cache_root):
+        raise SuiteUsageError("KubeVirt v1.6.1 cannot be built here", "serve the module")
+
+    monkeypatch.setattr(kubevirt_module, "build_module", refused)
+    source, local = BuiltSource(RELEASE, Recording()), LocalProvider(tmp_path)
+    assert source.notes(local) == ()  # before the build: nothing to say, nothing built
+    monkeypatch.setattr(local, "emulated_vfio_front", lambda: tmp_path / "front")
+    with pytest.raises(SuiteUsageError):
+        source.prepare(local)
+    assert source.notes(local) == ()  # the failure is the session's error, not the header's
