@@ -11,10 +11,13 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from core.errors import SuiteUsageError
-from kubevirtci.local.kubevirt_module import BuildModule
 from kubevirtci.runner import CommandRunner, StreamingRunner, check
+
+if TYPE_CHECKING:
+    from kubevirtci.local.kubevirt_module import BuildModule
 
 BUILD_DIR = Path(__file__).resolve().parent / "build"
 DRIVER_DIR = Path(__file__).resolve().parents[2] / "driver"

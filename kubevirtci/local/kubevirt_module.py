@@ -6,7 +6,6 @@ exactly to the releases whose ``go.mod`` asks for what it is about."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ import filelock
 
 from core.errors import SuiteUsageError
 from kubevirtci.kubevirt_code import MODULE, STAGING, KubeVirtCode, download, go
+from kubevirtci.local.known_images import content_hash
 
 BUILD_DIR = Path(__file__).resolve().parent / "build" / "kubevirt"
 # KubeVirt's programs built here: the control plane, the node agents and helpers, and
@@ -46,17 +46,17 @@ class BuildException:
 # used as soon as the proxy serves it.
 REFUSED = (
     BuildException("virt-template STAND-IN", "kubevirt.io/virt-template-api",
-               "standin/virt-template-api",
-               "v0.2.0 (KubeVirt v1.9) is refused; the server programs use a small surface "
-               "of it, written here (standin/README.md); virt-template is not deployed"),
+                   "standin/virt-template-api",
+                   "v0.2.0 (KubeVirt v1.9) is refused; the server programs use a small surface "
+                   "of it, written here (standin/README.md); virt-template is not deployed"),
     BuildException("virt-template STAND-IN", "kubevirt.io/virt-template-client-go",
-               "standin/virt-template-client-go", "as virt-template-api"),
+                   "standin/virt-template-client-go", "as virt-template-api"),
     BuildException("virt-template-engine v0.1.7", "kubevirt.io/virt-template-engine", "v0.1.7",
-               "v0.2.0 is refused; only virtctl (not built here) imports it, the module "
-               "graph needs a version"),
+                   "v0.2.0 is refused; only virtctl (not built here) imports it, the module "
+                   "graph needs a version"),
     BuildException("libnbd placeholder", "libguestfs.org/libnbd", "placeholder/libnbd",
-               "KubeVirt pins a commit the proxy refuses; only virt-launcher imports it and "
-               "links the Go binding of Debian's libnbd source instead"),
+                   "KubeVirt pins a commit the proxy refuses; only virt-launcher imports it and "
+                   "links the Go binding of Debian's libnbd source instead"),
 )
 # virt-launcher of releases that link libnbd (v1.8+) with libvirt's Go binding before
 # v1.12: both export the cgo symbol freeCallbackId, so it does not link against Debian's
@@ -125,14 +125,12 @@ def tools_go() -> str:
             + "".join(f'\t_ "{MODULE}/{p}"\n' for p in PROGRAMS) + ")\n")
 
 
-def _standin_hash(exceptions: list[BuildException]) -> str:
-    digest = hashlib.sha256()
-    for exception in exceptions:
-        folder = BUILD_DIR / exception.replacement
-        for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
-            if path.is_file():
-                digest.update(f"{path.relative_to(BUILD_DIR)}\n".encode() + path.read_bytes())
-    return digest.hexdigest()
+def _standin_files(exceptions: list[BuildException]) -> list[tuple[str, Path]]:
+    """The files of the folders the exceptions replace modules with, for the cache key."""
+    folders = [BUILD_DIR / e.replacement for e in exceptions
+               if (BUILD_DIR / e.replacement).is_dir()]
+    return [(path.relative_to(BUILD_DIR).as_posix(), path)
+            for folder in folders for path in sorted(folder.rglob("*")) if path.is_file()]
 
 
 @dataclass(frozen=True)
@@ -192,7 +190,7 @@ def build_module(code: KubeVirtCode, cache_root: Path) -> BuildModule:
     sums = (code.source / "go.sum").read_text()
     # Not keyed by where this checkout sits: the same code builds the same everywhere.
     keyed = mod.replace(str(BUILD_DIR), "<build>") + tools_go() + sums
-    key = hashlib.sha256((keyed + _standin_hash(exceptions)).encode()).hexdigest()[:12]
+    key = content_hash(_standin_files(exceptions), salt=keyed)
     folder = cache_root / "kubevirt-module" / f"{code.version}-{key}"
     folder.parent.mkdir(parents=True, exist_ok=True)
     with filelock.FileLock(str(folder) + ".lock"):  # xdist workers and the controller
