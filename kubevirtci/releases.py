@@ -115,8 +115,8 @@ _PODCLAIMNAME = ("the podClaimName field of any metadata file under <root>/*/<re
 # pkg/virt-controller/watch/dra/dra.go: PCIAddressDeviceAttributeKey
 _PCIE_ROOT_AS_ADDRESS = (
     "takes the device's PCI address from resource.kubernetes.io/pcieRoot, which names the "
-    "root complex, not the function (kubernetes/kubernetes#134569); v1.8 reads pciBusID "
-    "from KEP-5304 metadata instead")
+    "root complex, not the function (kubernetes/kubernetes#134569); fixed in v1.8.0, which "
+    "reads pciBusID from KEP-5304 metadata instead")
 
 # The paths of fixtures/markers.py that a release's bugs break.
 DRA_LAUNCHER = "dra_launcher"  # a VMI whose launcher carries DRA host devices

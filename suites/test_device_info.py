@@ -183,8 +183,11 @@ def test_device_status_matches_allocation_on_kubevirt_1_6_and_1_7(
     assert attributes.get("pciAddress") == allocated.get(source), (
         f"virt-controller copies {source} of the allocated device into deviceStatus")
     if allocated.get(source) != allocated[PCI_BUS_ID]:
-        pytest.xfail(f"KubeVirt {cluster.facts.kubevirt_version} "
-                     f"{release.device_status_caveat}: the launcher gets "
-                     f"{allocated.get(source)!r}, the device is {allocated[PCI_BUS_ID]!r}")
+        # A KubeVirt bug, and a failure: no strict xfail fits, since whether it shows
+        # depends on the driver's pcieRoot, not on the release alone.
+        pytest.fail(f"KubeVirt {cluster.facts.kubevirt_version} bug: it "
+                    f"{release.device_status_caveat}: the launcher gets "
+                    f"{allocated.get(source)!r}, the device is {allocated[PCI_BUS_ID]!r}",
+                    pytrace=False)
     vms.running(kube, "vm", namespace)
 
