@@ -2,6 +2,7 @@
 the run output folder; never a timed assertion.
 
     python scripts/benchmark.py [--runs N] [--skip-parallel] [--skip-conformance]
+                                [--skip-kubevirt-switches]
 
 Measures: hermetic cluster ready from cached binaries (target <= 30 s), KubeVirt's
 build (cold or cached), its control plane ready from cached images (<= 90 s), KubeVirt
@@ -9,8 +10,10 @@ Available (<= 120 s), a plain VM to a console answer (<= 30 s) and a stop/start 
 a DRA VM (the reference driver's NVMe through the EMULATED VFIO hop) to Running and to a
 console answer, cluster RSS
 (<= 3 GiB), full hermetic conformance run (<= 30 min), -n 2 speed-up (>= 1.5x),
-per-test fixture overhead (median <= 2 s), flakes over N consecutive runs (0) and what
-teardown leaves behind (nothing)."""
+per-test fixture overhead (median <= 2 s), flakes over N consecutive runs (0), a
+KubeVirt release switch on the kept cluster with its build cached (<= 5 min), a KubeVirt
+tree's one-line edit to its targeted test's result (the worked example, <= 10 min) and
+what teardown leaves behind (nothing)."""
 
 from __future__ import annotations
 
@@ -46,6 +49,8 @@ from kubevirtci.local.cluster import LocalCluster  # noqa: E402
 from kubevirtci.local.provider import LocalProvider  # noqa: E402
 
 OUT = ROOT / "_output" / "benchmarks"
+SWITCH_RELEASE = "v1.8.4"  # the newest served release before the default
+WORKED_EXAMPLE_TIMEOUT = 70 * 60  # seconds: the tree's build (cold Go cache) and the test
 
 
 def cluster_rss_bytes(cluster: LocalCluster) -> int:
@@ -73,6 +78,32 @@ def kubevirt_ready(kube: Kube, provider: LocalProvider, source: BuiltSource
              "KubeVirt Available")
     return {"kubevirt_control_plane_ready_seconds": round(control_plane, 1),
             "kubevirt_available_seconds": round(time.monotonic() - start, 1)}
+
+
+def release_switch(kube: Kube, provider: LocalProvider, release: str) -> dict[str, object]:
+    """Seconds to replace the installed KubeVirt with ``release`` on the kept cluster
+    until KubeVirt is Available (its build cached first, untimed: the number is the
+    switch, not a cold build), and back to the default release."""
+    timings: dict[str, object] = {"release_switch_to": release}
+    for tag, version in (("release_switch_seconds", release),
+                         ("release_switch_back_seconds", DEFAULT_KUBEVIRT_VERSION)):
+        source = BuiltSource(release_code(version))
+        source.prepare(provider)
+        start = time.monotonic()
+        source.deploy(kube, provider, await_node_agents=True)
+        timings[tag] = round(time.monotonic() - start, 1)
+    return timings
+
+
+def edit_to_result() -> dict[str, object]:
+    """The worked example (a one-line change to a KubeVirt tree, its targeted test run on
+    the kept cluster): its own measure of the seconds from the edit to the result."""
+    argv = [sys.executable, str(ROOT / "scripts" / "worked_example.py")]
+    status = subprocess.run(argv, cwd=ROOT, check=False, timeout=WORKED_EXAMPLE_TIMEOUT
+                            ).returncode
+    timings = json.loads((ROOT / "_output" / "worked-example" / "timings.json").read_text())
+    return {"edit_to_result_seconds": timings["edit_to_result_seconds"],
+            "worked_example_exit": status}
 
 
 def vm_timings(kube: Kube, provider: LocalProvider) -> dict[str, float]:
@@ -170,6 +201,9 @@ def main() -> int:
     parser.add_argument("--skip-parallel", action="store_true")
     parser.add_argument("--skip-conformance", action="store_true",
                         help="start-up, KubeVirt and VM numbers only (no full runs)")
+    parser.add_argument("--skip-kubevirt-switches", action="store_true",
+                        help=f"no release switch (to {SWITCH_RELEASE} and back) and no "
+                             "edit-to-result of a KubeVirt tree")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     cluster = LocalCluster()
@@ -212,6 +246,9 @@ def main() -> int:
         # parallel run (last) is set against the median serial run, not the first.
         serial = statistics.median(r["seconds"] for r in runs)
         results["parallel_speedup"] = round(serial / parallel["seconds"], 2)
+    if not args.skip_kubevirt_switches:
+        results.update(release_switch(kube, provider, SWITCH_RELEASE))
+        results.update(edit_to_result())
     cluster.down()
     results["teardown_leftovers"] = leftovers(before, host_state())
     path = OUT / f"benchmark-{time.strftime('%Y%m%d-%H%M%S')}.json"
@@ -236,6 +273,13 @@ def main() -> int:
               "(fixture overhead included; target <= 2 s overhead)")
     if "parallel_speedup" in results:
         print(f"-n 2 speed-up: {results['parallel_speedup']}x (target >= 1.5)")
+    if "release_switch_seconds" in results:
+        print(f"release switch to {SWITCH_RELEASE} (build cached): "
+              f"{results['release_switch_seconds']} s, back to {DEFAULT_KUBEVIRT_VERSION}: "
+              f"{results['release_switch_back_seconds']} s (target <= 300)")
+        print(f"KubeVirt tree, one-line edit to the targeted test's result: "
+              f"{results['edit_to_result_seconds']} s (target <= 600; worked example exit "
+              f"{results['worked_example_exit']})")
     print(f"flaky runs: {results['flaky_runs']} of {len(runs)} (target 0)")
     left = results["teardown_leftovers"]
     print("teardown leftovers: " + ("none" if not left else "; ".join(
