@@ -205,9 +205,10 @@ def vmi_failure(obj: Obj) -> Stop | None:
 
 
 def unreported_guest(kube: Kube, vmi: Obj) -> Stop | None:
-    """A VMI still ``Scheduled`` whose launcher pod has been Ready (its guest runs) for
-    longer than GUEST_REPORTED: virt-handler cannot report it, and waiting longer does
-    not help (its status updates are being refused)."""
+    """A VMI still ``Scheduled`` whose launcher pod has been Ready for longer than
+    GUEST_REPORTED: either virt-launcher cannot start the domain (the VMI says why in
+    ``Synchronized=False``), or the guest runs and virt-handler cannot report it (its
+    status updates are being refused). Waiting longer helps neither."""
     status = (vmi or {}).get("status") or {}
     if vmi is None or status.get("phase") != "Scheduled":
         return None
@@ -219,13 +220,21 @@ def unreported_guest(kube: Kube, vmi: Obj) -> Stop | None:
         if ready is None or not ready.get("lastTransitionTime"):
             continue
         since = datetime.fromisoformat(ready["lastTransitionTime"])
-        if (datetime.now(UTC) - since).total_seconds() > Timeout.GUEST_REPORTED.seconds:
-            return Stop(
-                f"its launcher {pod['metadata']['name']} has been Ready since "
-                f"{ready['lastTransitionTime']}, yet virt-handler has not reported the guest "
-                f"running for {Timeout.GUEST_REPORTED.seconds:.0f} s: virt-handler's log "
-                "names the refused status update (KubeVirt v1.8.0-v1.8.3 on Kubernetes "
-                "1.36+: kubevirt/kubevirt#17858)")
+        if (datetime.now(UTC) - since).total_seconds() <= Timeout.GUEST_REPORTED.seconds:
+            continue
+        unsynchronized = next((c for c in status.get("conditions") or []
+                               if c.get("type") == "Synchronized"
+                               and c.get("status") == "False"), None)
+        if unsynchronized is not None:  # the guest never started: virt-launcher says why
+            return Stop(f"its launcher {pod['metadata']['name']} has been Ready since "
+                        f"{ready['lastTransitionTime']}, and virt-launcher cannot start the "
+                        f"domain: {unsynchronized.get('message') or unsynchronized.get('reason')}")
+        return Stop(
+            f"its launcher {pod['metadata']['name']} has been Ready since "
+            f"{ready['lastTransitionTime']}, yet virt-handler has not reported the guest "
+            f"running for {Timeout.GUEST_REPORTED.seconds:.0f} s: virt-handler's log "
+            "names the refused status update (KubeVirt v1.8.0-v1.8.3 on Kubernetes "
+            "1.36+: kubevirt/kubevirt#17858)")
     return None
 
 

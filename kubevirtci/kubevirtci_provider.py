@@ -19,12 +19,18 @@ import filelock
 
 from core.errors import SuiteUsageError
 from kubevirtci.capabilities import Capabilities, Capability
-from kubevirtci.provider import BIND_DEVICE_PLUGIN_NVME, Node, NodeCommandFailed, Provider
+from kubevirtci.provider import (
+    BIND_DEVICE_PLUGIN_NVME,
+    NVME_PER_NODE,
+    Node,
+    NodeCommandFailed,
+    Provider,
+)
 from kubevirtci.runner import CommandRunner, check
 
 DEFAULT_K8S_PROVIDER = "k8s-1.36"  # when a checkout names no stable provider
 DEFAULT_NUM_NODES = 2
-DEFAULT_NVME_ARGS = "--nvme 1G --nvme 1G"
+DEFAULT_NVME_ARGS = " ".join(["--nvme 1G"] * NVME_PER_NODE)
 CLUSTER_REGISTRY = "registry:5000"  # the in-cluster name of kubevirtci's registry
 CACHE_ROOT = Path(os.environ.get("KDC_CACHE", Path.home() / ".cache" / "kdc"))
 

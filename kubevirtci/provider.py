@@ -21,6 +21,9 @@ SUITE_IMAGE = "localhost/kdc/conformance:dev"  # the suite itself, for Sonobuoy 
 # The controller every node sets aside for KubeVirt's PCI device plugin: the second
 # --nvme controller (kubevirtci) or emulated controller (local).
 DEVICE_PLUGIN_SERIAL = "nvme-1"
+# NVMe controllers per node on the clusters the suite starts: one for KubeVirt's device
+# plugin, two for DRA (a VM given two devices of one node, by one claim or two).
+NVME_PER_NODE = 3
 # Idempotent: binds that controller to vfio-pci unless already bound (the kernel's
 # interface: driver_override, unbind, drivers_probe). KubeVirt's plugin only offers
 # functions bound to vfio-pci, and the DRA driver leaves alone what others bound.

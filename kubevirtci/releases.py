@@ -34,16 +34,17 @@ class KnownBug:
 
     path: str
     summary: str
-    upstream: str  # the fix (or the report), owner/repo#number
-    fixed_in: str  # the first release with the fix
+    upstream: str | None  # the fix (or the report), owner/repo#number; None: not reported
+    fixed_in: str | None  # the first release with the fix; None: no release has one
     # Only where the KubeVirt CR configures permittedHostDevices.
     needs_permitted_host_devices: bool = False
     # Only on Kubernetes releases from this one on (None: any).
     min_kubernetes: tuple[int, int] | None = None
 
     def reason(self, version: str) -> str:
-        return (f"KubeVirt {version} bug: {self.summary} ({self.upstream}, fixed in "
-                f"{self.fixed_in})")
+        return (f"KubeVirt {version} bug: {self.summary} "
+                f"({self.upstream or 'found by this suite, not reported upstream yet'}, "
+                f"{f'fixed in {self.fixed_in}' if self.fixed_in else 'fixed in no release'})")
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class Release:
         address = (f"KEP-5304 metadata ({', '.join(self.metadata_versions)}) under "
                    f"{self.metadata_root}" if self.metadata_versions else
                    f"status.deviceStatus, filled from {self.device_status_pci_attribute}")
-        bugs = "; ".join(f"{b.upstream} ({b.path})" for b in self.bugs) or "none"
+        bugs = "; ".join(f"{b.upstream or 'unreported'} ({b.path})" for b in self.bugs) or "none"
         return (f"{self.name} (from its code): gates {gates}; PCI address from {address}; "
                 f"template claims found through {self.template_claims_via}; known bugs: "
                 f"{bugs}")
@@ -106,7 +107,13 @@ _HOST_DEVICE_RULES_V1_8 = frozenset({
     "request-name-missing",  # "requestName is required for DRA HostDevice"
     "duplicate-claim-request-pair",  # "duplicate claimName/requestName pair %q"
     "device-name-and-claim-both-set",  # "...HostDevices with both deviceName and claimRequest"
+    "claim-name-missing",  # "claimName is required for DRA HostDevice"
+    "device-name-and-claim-both-missing",  # "...HostDevices without deviceName or claimRequest"
 })
+# 1.8.3's admitter compares the pairs of gpus and hostDevices with each other.
+_HOST_DEVICE_RULES_V1_8_3 = _HOST_DEVICE_RULES_V1_8 | {
+    "pair-in-gpus-and-host-devices",  # "duplicate claimName/requestName pair %q between ..."
+}
 _POD_STATUS = "the launcher pod's status.resourceClaimStatuses"
 _METADATA_DIR = ("the KEP-5304 metadata folder resourceclaimtemplates/<VMI claim name>/"
                  "<request> in the launcher")
@@ -121,6 +128,9 @@ _PCIE_ROOT_AS_ADDRESS = (
 # The paths of fixtures/markers.py that a release's bugs break.
 DRA_LAUNCHER = "dra_launcher"  # a VMI whose launcher carries DRA host devices
 VM_RUNNING = "vm_running"  # a VMI that must reach Running
+FIRST_AVAILABLE = "first_available"  # a VMI whose device a firstAvailable request serves
+# a VMI whose host device names an extended resource a DeviceClass serves (KEP-5004)
+EXTENDED_RESOURCE = "extended_resource"
 # renderresources.go validatePermittedHostDevices checks every hostDevices entry against
 # permittedHostDevices, and a DRA entry has no deviceName: "HostDevice  is not permitted".
 PERMITTED_HOST_DEVICES_BLOCK_DRA = KnownBug(
@@ -142,38 +152,59 @@ CHECKSUM_AS_INT32 = KnownBug(
     "updates are rejected and the VMI never reports Running", "kubevirt/kubevirt#17858",
     "v1.8.4", min_kubernetes=(1, 36))
 
+# pkg/dra/utils.go resolveDevice (1.8.0 on) looks a device's metadata entry up by the VMI's
+# requestName exactly; the KEP-5304 API names a firstAvailable subrequest's entry
+# "<request>/<subrequest>" (api/metadata DeviceMetadataRequest.Name), and a VMI can only
+# name the request (the launcher pod's resources.claims[].request is a DNS label).
+SUBREQUEST_METADATA_NAME = KnownBug(
+    FIRST_AVAILABLE, "virt-launcher finds a device's KEP-5304 metadata entry only by the "
+    "VMI's requestName, while the metadata API names a firstAvailable subrequest's entry "
+    "<request>/<subrequest>: the VM never finds its device (pkg/dra/utils.go "
+    "resolveDevice)", None, None)
+# pkg/virt-launcher/virtwrap/device/hostdevice: a host device's deviceName is found in the
+# PCI_RESOURCE_<NAME> env a device plugin sets; DRA (KEP-5004) sets none for it.
+EXTENDED_RESOURCE_UNSEEN = KnownBug(
+    EXTENDED_RESOURCE, "a host device naming an extended resource that a DeviceClass "
+    "serves through DRA (KEP-5004) is looked up in PCI_RESOURCE_<NAME>, which only a device "
+    "plugin sets: the launcher gets the device, virt-launcher never finds it", None, None)
+
 RELEASES: tuple[Release, ...] = (
     Release(
         (1, 6, 0), ("v1.6.1",), "2507072117-b751e332", _GATES_UP_TO_1_8, frozenset(), (), None,
         "resource.kubernetes.io/pcieRoot", _POD_STATUS,
-        (PERMITTED_HOST_DEVICES_BLOCK_DRA,),
+        (PERMITTED_HOST_DEVICES_BLOCK_DRA, EXTENDED_RESOURCE_UNSEEN),
         _PCIE_ROOT_AS_ADDRESS),
     Release(
         (1, 7, 0), ("v1.7.0",), "2510241540-9fd40b1c", _GATES_UP_TO_1_8, frozenset(), (), None,
         "resource.kubernetes.io/pcieRoot", _POD_STATUS,
-        (PERMITTED_HOST_DEVICES_BLOCK_DRA,),
+        (PERMITTED_HOST_DEVICES_BLOCK_DRA, EXTENDED_RESOURCE_UNSEEN),
         _PCIE_ROOT_AS_ADDRESS),
     # 1.8.0-1.8.2 decode one JSON object whatever its apiVersion (a v1alpha1 shape).
     Release(
         (1, 8, 0), ("v1.8.1", "v1.8.2"), "2602190951-056f8f79", _GATES_UP_TO_1_8,
         _HOST_DEVICE_RULES_V1_8, (METADATA_V1ALPHA1,), PRE_KEP_ROOT, None, _PODCLAIMNAME,
-        (PERMITTED_HOST_DEVICES_BLOCK_DRA, PRE_KEP_METADATA_PATH, CHECKSUM_AS_INT32)),
+        (PERMITTED_HOST_DEVICES_BLOCK_DRA, PRE_KEP_METADATA_PATH, CHECKSUM_AS_INT32,
+         SUBREQUEST_METADATA_NAME, EXTENDED_RESOURCE_UNSEEN)),
     # pkg/dra/admitter/dra_admitter.go of 1.8.3: DRA and device-plugin GPUs in one VMI.
     Release(
         (1, 8, 3), ("v1.8.3",), "2602190951-056f8f79", _GATES_UP_TO_1_8,
-        _HOST_DEVICE_RULES_V1_8, (METADATA_V1ALPHA1,), KEP_5304_ROOT, None, _METADATA_DIR,
-        (PERMITTED_HOST_DEVICES_BLOCK_DRA, CHECKSUM_AS_INT32)),
+        _HOST_DEVICE_RULES_V1_8_3, (METADATA_V1ALPHA1,), KEP_5304_ROOT, None, _METADATA_DIR,
+        (PERMITTED_HOST_DEVICES_BLOCK_DRA, CHECKSUM_AS_INT32, SUBREQUEST_METADATA_NAME,
+         EXTENDED_RESOURCE_UNSEEN)),
     Release(
         (1, 8, 4), ("v1.8.4",), "2602190951-056f8f79", _GATES_UP_TO_1_8,
-        _HOST_DEVICE_RULES_V1_8, (METADATA_V1ALPHA1,), KEP_5304_ROOT, None, _METADATA_DIR,
-        (PERMITTED_HOST_DEVICES_BLOCK_DRA,)),
+        _HOST_DEVICE_RULES_V1_8_3, (METADATA_V1ALPHA1,), KEP_5304_ROOT, None, _METADATA_DIR,
+        (PERMITTED_HOST_DEVICES_BLOCK_DRA, SUBREQUEST_METADATA_NAME, EXTENDED_RESOURCE_UNSEEN)),
     Release(
         (1, 9, 0), ("v1.9.0",), "2606300938-ede497bd",
         {**_GATES_UP_TO_1_8, "HostDevicesWithDRA": _BETA_ON, "GPUsWithDRA": _BETA_ON,
          "NetworkDevicesWithDRA": _ALPHA_OFF},
-        # pkg/dra/admitter/dra_admitter.go validateResourceClaims: DNS-label claim names
-        _HOST_DEVICE_RULES_V1_8 | {"claim-name-not-dns-label"},
-        (METADATA_V1ALPHA1,), KEP_5304_ROOT, None, _METADATA_DIR),
+        # pkg/dra/admitter/dra_admitter.go validateResourceClaims: DNS-label claim names,
+        # and an entry names exactly one of a claim and a template
+        _HOST_DEVICE_RULES_V1_8_3 | {"claim-name-not-dns-label", "claim-and-template-both-set",
+                                    "claim-and-template-both-missing"},
+        (METADATA_V1ALPHA1,), KEP_5304_ROOT, None, _METADATA_DIR,
+        (SUBREQUEST_METADATA_NAME, EXTENDED_RESOURCE_UNSEEN)),
 )
 OLDEST = RELEASES[0].since
 

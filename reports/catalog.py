@@ -16,6 +16,7 @@ class Source(StrEnum):
     VEP_344 = "VEP-344 (KubeVirt VM-owned DRA claims)"
     KEP_4381 = "KEP-4381 (DRA structured parameters)"
     KEP_5304 = "KEP-5304 (DRA device metadata)"
+    KEP_5004 = "KEP-5004 (DRA extended resources)"
     PLUGIN_API = "kubelet DRA plugin API (k8s.io/kubelet dra/v1)"
     CDI = "Container Device Interface"
     DEVICE_PLUGIN = "KubeVirt permittedHostDevices device plugin"
@@ -68,6 +69,12 @@ REQUIREMENTS: tuple[Requirement, ...] = (
                 Source.DEVICE_PLUGIN),
     Requirement("MIXED-006", "An exhausted DRA pool does not block device-plugin VMs.",
                 Source.DEVICE_PLUGIN),
+    Requirement("MIXED-007", "With the DRA gates on, a device-plugin resource that "
+                "permittedHostDevices does not list is still refused, while DRA devices "
+                "start.", Source.DEVICE_PLUGIN, _O),
+    Requirement("MIXED-008", "A VM host device naming an extended resource that a "
+                "DeviceClass serves through DRA (KEP-5004) reaches the domain and the guest.",
+                Source.KEP_5004, _O),
     Requirement("INFO-001", "The launcher pod carries the VM's claims and its compute "
                 "container requests them.", Source.VEP_10),
     Requirement("INFO-002", "KEP-5304 metadata sits at KubeVirt's path and names the "
@@ -82,6 +89,22 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement("INFO-006", "The guest lists the device, with the allocated serial.",
                 Source.VEP_10),
     Requirement("INFO-007", "status.deviceStatus matches the allocation (KubeVirt 1.6/1.7).",
+                Source.VEP_10, _O),
+    Requirement("SHAPE-001", "VMs sharing one ResourceClaimTemplate each get a claim and a "
+                "device of their own, each reaching its guest.", Source.VEP_10),
+    Requirement("SHAPE-002", "VMs each with a pre-created claim each get their own device, "
+                "reaching its guest.", Source.VEP_10),
+    Requirement("SHAPE-003", "A CEL selector on a driver attribute or on the standard "
+                "pciBusID gives the VM the selected device.", Source.KEP_4381),
+    Requirement("SHAPE-004", "matchAttribute across two requests of one claim gives one VM "
+                "two matching devices.", Source.KEP_4381, _O),
+    Requirement("SHAPE-005", "Each request of one claim reaches the VM as a device of its "
+                "own; none is dropped.", Source.VEP_10, _O),
+    Requirement("SHAPE-006", "Two claims in one VM each reach the VM.", Source.VEP_10, _O),
+    Requirement("SHAPE-007", "A firstAvailable request reaches the VM, its metadata entry "
+                "named <request>/<subrequest> as the KEP-5304 API says.", Source.KEP_5304, _O),
+    Requirement("SHAPE-008", "A request allocated two devices and named by one VMI device "
+                "leaves the VMI unsynchronized with KubeVirt's reason, and leaks nothing.",
                 Source.VEP_10, _O),
     Requirement("ADMIT-001", "Each VEP-10 rule violation is rejected naming the field.",
                 Source.VEP_10),
@@ -99,6 +122,9 @@ REQUIREMENTS: tuple[Requirement, ...] = (
                 Source.KEP_4381),
     Requirement("LIFE-002", "Fast stop/start cycles leak no claim or reservation.",
                 Source.KEP_4381),
+    Requirement("LIFE-003", "A VMI with a DRA device reports LiveMigratable=False with "
+                "KubeVirt's reason, and a migration request is refused naming it.",
+                Source.KUBEVIRT),
     Requirement("POD-001", "The scheduler allocates a claim from the driver's slices.",
                 Source.KEP_4381),
     Requirement("POD-002", "A template claim is owned by its pod and deleted with it.",
@@ -131,7 +157,8 @@ REQUIREMENTS: tuple[Requirement, ...] = (
                 "the driver's file (it holds a valid object of a version they decode).",
                 Source.KEP_5304, _O),
     Requirement("SANITY-010", "A device allocated for a firstAvailable subrequest is "
-                "answered and its metadata filed under the base request name.",
+                "answered for the base request, and its metadata entry is named "
+                "<request>/<subrequest> in a file under the base request's folder.",
                 Source.KEP_5304, _O),
     Requirement("SANITY-011", "Prepare of an unallocated claim, or of a claim whose UID does "
                 "not match, is an error and prepares nothing.", Source.PLUGIN_API),

@@ -17,14 +17,17 @@ from fixtures.builders.resourceclaim import (
 )
 from fixtures.builders.virtualmachine import with_run_strategy
 from fixtures.builders.vmi import (
+    GPUS,
     HOST_DEVICES,
     with_claim_reference,
     with_claim_template,
     with_device,
     with_node_selector,
+    with_resource_claim_entry,
 )
 from fixtures.claims import REQUEST, plain_claim
 from fixtures.devices import allocated_devices
+from fixtures.kubevirt_config import changed_configuration, without_feature_gate
 
 pytestmark = [markers.admission, markers.requires_kubevirt_dra]
 
@@ -65,6 +68,32 @@ BROKEN_RULES = {
                      claimName="c", requestName=REQUEST)),
         "devicename",
     ),
+    "device-name-and-claim-both-missing": (
+        (with_claim_reference("c", "c"), with_device(HOST_DEVICES, "d")),
+        "devicename",
+    ),
+    "claim-name-missing": (
+        (with_claim_reference("c", "c"), with_device(HOST_DEVICES, "d", requestName=REQUEST)),
+        "claimname",
+    ),
+    # One (claim, request) pair in both lists: the message names both lists' entries.
+    "pair-in-gpus-and-host-devices": (
+        (with_claim_reference("c", "c"),
+         with_device(GPUS, "g", claimName="c", requestName=REQUEST),
+         with_device(HOST_DEVICES, "d", claimName="c", requestName=REQUEST)),
+        ("gpus", "hostdevices"),
+    ),
+    "claim-and-template-both-set": (
+        (with_resource_claim_entry("c", resourceClaimName="c",
+                                   resourceClaimTemplateName="t"),
+         with_device(HOST_DEVICES, "d", claimName="c", requestName=REQUEST)),
+        "resourceclaims",
+    ),
+    "claim-and-template-both-missing": (
+        (with_resource_claim_entry("c"),
+         with_device(HOST_DEVICES, "d", claimName="c", requestName=REQUEST)),
+        "resourceclaims",
+    ),
 }
 
 
@@ -76,11 +105,13 @@ def test_vep10_rule_violation_is_rejected_naming_the_field(objects, profile, clu
         # Which release checks which rule: kubevirtci/releases.py, from each one's admitters.
         pytest.skip(f"KubeVirt {cluster.facts.kubevirt_version} does not check {rule} on DRA "
                     f"host devices (its {release.name} admitters have no such rule)")
-    options, field = BROKEN_RULES[rule]
+    options, fields = BROKEN_RULES[rule]
     with pytest.raises(ApiException) as err:
         objects.create(vms.guest_vm(f"vm-{rule}"[:50], profile, *options))
     assert err.value.status in (400, 422), err.value
-    assert field in err.value.body.lower().replace(".", ""), err.value.body
+    named = err.value.body.lower().replace(".", "")
+    for field in (fields,) if isinstance(fields, str) else fields:
+        assert field in named, f"the rejection does not name {field}: {err.value.body}"
 
 
 def _scheduling_failure(kube, namespace):
@@ -160,15 +191,6 @@ def test_dra_host_devices_are_rejected_while_the_host_devices_gate_is_off(
 ):
     """The gate rule, broken once: DRA hostDevices also need ``HostDevices`` (alpha, off by
     default). The gate is turned off cluster-wide under the exclusive lease and restored."""
-    kubevirt = kube.list("KubeVirt")[0]
-    meta = kubevirt["metadata"]
-    dev = kubevirt["spec"].get("configuration", {}).get("developerConfiguration", {})
-    gates = list(dev.get("featureGates") or [])
-
-    def set_gates(value):
-        kube.patch("KubeVirt", meta["name"], {"spec": {"configuration": {
-            "developerConfiguration": {"featureGates": value}}}}, meta["namespace"])
-
     vm = vms.guest_vm("vm-gate-off", profile, with_claim_reference("c", "c"),
                       with_device(HOST_DEVICES, "d", claimName="c", requestName=REQUEST))
     rejection: list[str] = []
@@ -185,12 +207,9 @@ def test_dra_host_devices_are_rejected_while_the_host_devices_gate_is_off(
         waits.is_gone(kube, "VirtualMachine", "vm-gate-off", objects.namespace)
         return False
 
-    set_gates([g for g in gates if g != "HostDevices"])
-    try:
+    with changed_configuration(kube, without_feature_gate("HostDevices")):
         # virt-api picks up configuration changes asynchronously.
         waits.poll(rejected, Timeout.KUBEVIRT_CONFIG, "admission to see the gate off")
-    finally:
-        set_gates(gates)
     assert "hostdevices" in rejection[-1].lower(), rejection[-1]
 
 

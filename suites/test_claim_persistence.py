@@ -9,7 +9,7 @@ from core.timeouts import Timeout
 from fixtures import markers, vms
 from fixtures.builders.resourceclaim import with_request
 from fixtures.builders.resourceclaimtemplate import new_resource_claim_template
-from fixtures.builders.virtualmachine import with_run_strategy
+from fixtures.builders.virtualmachine import with_run_strategy, with_vm_claim_template
 from fixtures.builders.vmi import with_claim_reference, with_claim_template, with_node_selector
 from fixtures.claims import REQUEST, pick_free_device, pinned_claim, plain_claim
 from fixtures.devices import PCI_BUS_ID, allocated_devices, claim_device_attributes
@@ -195,19 +195,16 @@ def test_pinned_vm_waits_while_its_device_is_held_and_starts_after_release(
 def test_vm_owned_persistent_claim_survives_stop_and_keeps_device(
     kube, objects, namespace, profile
 ):
-    """VEP 344 (gate PersistentDRAClaims): VM-owned claims named ``<vm>-<entry>``."""
-    template = {
-        "name": "nvme",
-        "persistWhenStopped": True,
-        "spec": {"devices": {"requests": [{
-            "name": REQUEST,
-            "exactly": {"deviceClassName": profile.device_class},
-        }]}},
-    }
-    vm = vms.guest_vm("vm", profile, vms.dra_device(profile, "nvme", "nvme", REQUEST))
-    vm["spec"]["resourceClaimTemplates"] = [template]
-    vm["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "nvme"}]
-    objects.create(vm)
+    """VEP 344 (gate PersistentDRAClaims) as kubevirt/kubevirt#17957 proposes it: a VM's
+    ``spec.resourceClaimTemplates[]`` entry names a ResourceClaimTemplate and carries
+    ``persistWhenStopped``; the VMI template's ``resourceClaims`` entry of the same name
+    becomes the VM-owned claim ``<vm>-<entry>``, which a stop keeps, allocation and all."""
+    objects.create(new_resource_claim_template(
+        "nvme-tpl", with_request(REQUEST, profile.device_class)))
+    objects.create(vms.guest_vm(
+        "vm", profile, with_claim_template("nvme", "nvme-tpl"),
+        vms.dra_device(profile, "nvme", "nvme", REQUEST),
+        vm_options=(with_vm_claim_template("nvme", "nvme-tpl", persist_when_stopped=True),)))
     vms.running(kube, "vm", namespace)
     claim = waits.claim_is_allocated(kube, "vm-nvme", namespace)
     vms.stop(kube, "vm", namespace)

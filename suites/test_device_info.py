@@ -19,6 +19,7 @@ from fixtures.launcher import (
     dra_hostdev_alias,
     hostdev_sources,
     metadata_dir,
+    metadata_pci_bus_ids,
     pci_resource_env_name,
     read_metadata_files,
 )
@@ -41,25 +42,6 @@ def _allocated_bus_id(kube, namespace):
     attrs = claim_device_attributes(kube, claim)
     assert len(attrs) == 1, attrs
     return attrs[0]
-
-
-def _metadata_bus_ids(documents):
-    """pciBusID values in KEP-5304 metadata documents, wherever the device entry keeps them."""
-    found = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key == PCI_BUS_ID:
-                    found.append(value.get("string") if isinstance(value, dict) else value)
-                else:
-                    walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk(documents)
-    return found
 
 
 @markers.dra_launcher
@@ -86,7 +68,7 @@ def test_metadata_file_at_kubevirt_path_matches_slice_pci_bus_id(
     documents = read_metadata_files(kube, vm.pod, metadata_dir(
         cluster.facts.kubevirt_release, "claim", "nvme", REQUEST))
     assert len(documents) == 1, "KubeVirt needs exactly one metadata file per request"
-    assert _metadata_bus_ids(documents) == [_allocated_bus_id(kube, namespace)[PCI_BUS_ID]]
+    assert metadata_pci_bus_ids(documents) == [_allocated_bus_id(kube, namespace)[PCI_BUS_ID]]
 
 
 @markers.dra_launcher

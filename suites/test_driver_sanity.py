@@ -164,6 +164,10 @@ def test_kubevirt_releases_that_read_metadata_can_read_the_drivers_file(
 def test_a_subrequest_is_answered_and_filed_under_its_base_request(
     plugin, allocate, device, profile
 ):
+    """The KEP-5304 metadata API (k8s.io/dynamic-resource-allocation api/metadata,
+    DeviceMetadataRequest.Name): a subrequest's entry is named "<request>/<subrequest>",
+    as in the allocation result, in a file under the base request's folder; the kubelet
+    matches a container's claim by the base request."""
     manifest = new_resource_claim("first-available", with_first_available(
         REQUEST, ("first", profile.device_class)))
     claim = allocate("first-available", device, manifest=manifest,
@@ -174,8 +178,9 @@ def test_a_subrequest_is_answered_and_filed_under_its_base_request(
     assert names <= {REQUEST}, f"request names {sorted(names)}: the kubelet matches a " \
                                f"container's claim by the base request {REQUEST!r}"
     metadata = _decoded_metadata(plugin, claim, profile)["metadata"]
-    assert [r["name"] for r in metadata["requests"]] == [REQUEST], \
-        "KubeVirt looks a VMI's device up by the base request name"
+    assert [r["name"] for r in metadata["requests"]] == [f"{REQUEST}/first"], (
+        f"the metadata names the request {[r['name'] for r in metadata['requests']]}; the "
+        f"API names a subrequest's entry <request>/<subrequest>, {REQUEST}/first")
 
 
 @needs_socket

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+from kubernetes.client.rest import ApiException
+
 from core import waits
+from core.timeouts import Timeout
 from fixtures import markers, vms
 from fixtures.builders.vmi import with_claim_reference, with_node_selector
-from fixtures.claims import REQUEST, pick_free_device, pinned_claim
+from fixtures.claims import REQUEST, pick_free_device, pinned_claim, plain_claim
 from fixtures.devices import allocated_devices
 
 pytestmark = [markers.lifecycle, markers.requires_running_vms, markers.dra_launcher,
@@ -58,3 +62,37 @@ def test_five_fast_stop_start_cycles_leak_no_claim_or_reservation(
     assert {c["metadata"]["name"] for c in kube.list("ResourceClaim", namespace)} == claims_before
     vms.stop(kube, "vm", namespace)
     waits.claim_is_deallocated(kube, "nvme", namespace)
+
+
+@markers.requirement("LIFE-003")
+def test_a_vm_with_a_dra_device_is_not_live_migratable_and_a_migration_is_refused(
+    kube, objects, namespace, profile
+):
+    """KubeVirt cannot move a passed-through device: virt-handler reports
+    ``LiveMigratable=False`` with its reason (pkg/virt-handler/vm.go, no DRA-specific one:
+    the host-device or GPU reason), and virt-api refuses a migration naming it."""
+    objects.create(plain_claim("nvme", profile))
+    objects.create(vms.guest_vm("vm", profile, with_claim_reference("nvme", "nvme"),
+                                vms.dra_device(profile, "nvme", "nvme", REQUEST)))
+    vms.running(kube, "vm", namespace)
+    vmi = waits.wait_for(
+        kube, "VirtualMachineInstance", "vm", namespace,
+        lambda o: _condition(o, "LiveMigratable"), Timeout.VMI_RUNNING,
+        "virt-handler to report whether the VMI is live-migratable")
+    condition = _condition(vmi, "LiveMigratable")
+    assert condition["status"] == "False", (
+        f"a VMI with a DRA {profile.device_kind} reports LiveMigratable={condition['status']} "
+        f"({condition.get('reason')}: {condition.get('message')})")
+    assert condition.get("reason") and condition.get("message"), condition
+    with pytest.raises(ApiException) as err:
+        objects.create({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+            "metadata": {"name": "migrate-vm"}, "spec": {"vmiName": "vm"}})
+    assert err.value.status in (400, 422), err.value
+    assert condition["reason"] in err.value.body, (
+        f"the refusal does not name the VMI's reason {condition['reason']}: {err.value.body}")
+
+
+def _condition(vmi, kind):
+    conditions = ((vmi or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind), None)

@@ -7,7 +7,9 @@ from collections import defaultdict
 import pytest
 from kubernetes.client.rest import ApiException
 
+from core import waits
 from core.kube import RUN_ID_LABEL
+from core.timeouts import Timeout
 from fixtures import markers, vms
 from fixtures.builders.vmi import (
     GPUS,
@@ -17,7 +19,15 @@ from fixtures.builders.vmi import (
     with_node_selector,
 )
 from fixtures.claims import REQUEST, free_devices, pick_free_device, plain_claim
-from fixtures.launcher import compute_exec, domain_xml, dra_hostdev_alias, hostdev_sources
+from fixtures.devices import PCI_BUS_ID, claim_device_attributes
+from fixtures.kubevirt_config import changed_configuration, with_permitted_pci_host_device
+from fixtures.launcher import (
+    compute_exec,
+    domain_xml,
+    dra_hostdev_alias,
+    hostdev_sources,
+    pci_resource_env_name,
+)
 from kubevirtci.capabilities import Capability
 
 pytestmark = [
@@ -157,3 +167,91 @@ def test_exhausting_dra_pool_does_not_block_device_plugin(kube, objects, namespa
     dp_vm = vms.running(kube, "dp-vm", namespace)
     env = compute_exec(kube, dp_vm.pod, ["env"])
     assert "PCI_RESOURCE_" in env
+
+
+# A device-plugin resource no permittedHostDevices entry lists.
+UNLISTED_RESOURCE = "devices.kubevirt.io/unlisted"
+
+
+@markers.dra_launcher
+@markers.vm_running
+@markers.requirement("MIXED-007")
+def test_an_unlisted_device_plugin_resource_is_refused_while_dra_devices_start(
+    kube, objects, namespace, profile, cluster
+):
+    """The allow-list governs device-plugin devices, not DRA ones: with the DRA gates on,
+    virt-controller still refuses a ``deviceName`` that permittedHostDevices does not list
+    (renderresources.go validatePermittedHostDevices), in the list the DRA device uses."""
+    if not cluster.facts.kubevirt_permits_host_devices:
+        pytest.skip("the KubeVirt CR configures no permittedHostDevices: no allow-list "
+                    "to refuse by")
+    group = GPUS if profile.device_kind == "gpu" else HOST_DEVICES
+    objects.create(vms.guest_vm("unlisted", profile,
+                                with_device(group, "dp", deviceName=UNLISTED_RESOURCE)))
+    objects.create(plain_claim("nvme", profile))
+    objects.create(_dra_vm("dra-vm", profile, "nvme"))
+    refusal = vms.unsynchronized_message(waits.wait_for(
+        kube, "VirtualMachineInstance", "unlisted", namespace, vms.unsynchronized_message,
+        Timeout.VMI_RUNNING, f"virt-controller to refuse {UNLISTED_RESOURCE}"))
+    assert refusal and UNLISTED_RESOURCE in refusal and "not permitted" in refusal, refusal
+    vms.running(kube, "dra-vm", namespace)
+
+
+
+@markers.exclusive_devices
+@markers.extended_resource
+@markers.requires(Capability.GUEST_ACCESS)
+@markers.requirement("MIXED-008")
+def test_a_device_plugin_name_served_by_dra_reaches_the_vm(
+    kube, objects, namespace, profile, run_id, guest, pci_vendor_device
+):
+    """KEP-5004 (GA in Kubernetes 1.37): a DeviceClass with ``extendedResourceName``
+    serves a device-plugin style name through DRA. A VM's host device naming it (listed
+    in permittedHostDevices as an external provider's) is scheduled with a claim the
+    scheduler makes for the launcher; the device must reach the domain and the guest."""
+    resource = f"dra.kubevirt-conformance.io/nvme-{run_id}"
+    served = kube.get("DeviceClass", profile.device_class)
+    objects.create({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                    "metadata": {"name": f"kdc-extended-{run_id}"},
+                    "spec": {**served["spec"], "extendedResourceName": resource}})
+    external = {"pciVendorSelector": pci_vendor_device, "resourceName": resource,
+                "externalResourceProvider": True}
+    with changed_configuration(kube, with_permitted_pci_host_device(external)):
+        objects.create(vms.guest_vm("vm", profile,
+                                    with_device(HOST_DEVICES, "ext", deviceName=resource)))
+        vmi = waits.wait_for(kube, "VirtualMachineInstance", "vm", namespace,
+                             _settled_past_the_allow_list, Timeout.VMI_RUNNING,
+                             f"the VMI with {resource} to run or be refused")
+    pod = next(iter(kube.list("Pod", namespace, label_selector=(
+        f"kubevirt.io/created-by={vmi['metadata']['uid']}"))), {})
+    claim = ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get(
+        "resourceClaimName")
+    if vmi["status"].get("phase") != "Running":
+        pytest.fail(
+            f"KubeVirt does not give a VM a device-plugin name served by DRA ({resource}, "
+            f"DeviceClass kdc-extended-{run_id}): the scheduler gave its launcher the claim "
+            f"{claim or '(none)'}, and virt-launcher, which finds a host device in "
+            f"{pci_resource_env_name(resource)} (set by a device plugin only), reports: "
+            f"{vms.unsynchronized_message(vmi) or _scheduling_message(vmi)}", pytrace=False)
+    vm = vms.running(kube, "vm", namespace)
+    [attributes] = claim_device_attributes(kube, kube.get("ResourceClaim", claim, namespace))
+    sources = hostdev_sources(domain_xml(kube, vm.pod, "vm", namespace))
+    assert attributes[PCI_BUS_ID] in sources.values(), (attributes[PCI_BUS_ID], sources)
+    if profile.serial_attribute:
+        assert str(attributes[profile.serial_attribute]) in vms.guest_nvme_serials(guest, vm)
+
+
+def _settled_past_the_allow_list(vmi) -> bool:
+    """Running, unschedulable, or refused for a reason other than the allow-list (which
+    virt-controller may still read from before the change)."""
+    if waits.vmi_running(vmi) or waits.vmi_unschedulable(vmi):
+        return True
+    message = vms.unsynchronized_message(vmi)
+    return bool(message) and "not permitted" not in message
+
+
+def _scheduling_message(vmi) -> str:
+    conditions = (vmi.get("status") or {}).get("conditions") or []
+    return next((str(c.get("message")) for c in conditions
+                 if c.get("type") == "PodScheduled" and c.get("status") == "False"),
+                f"phase {vmi['status'].get('phase')}")

@@ -1,3 +1,5 @@
+import itertools
+
 import pytest
 
 from kubevirtci.capabilities import Capability
@@ -133,9 +135,15 @@ def test_dra_gates_are_on_by_default_only_where_the_release_made_them_beta(
 
 def test_admission_rules_by_release():
     assert release_for((1, 6)).admission_rules == release_for((1, 7)).admission_rules == set()
-    assert "claim-name-not-dns-label" not in release_for((1, 8)).admission_rules
-    assert release_for((1, 9)).admission_rules == release_for((1, 8)).admission_rules | {
-        "claim-name-not-dns-label"}
+    # a later release checks every rule an earlier one does
+    ordered = [release_for(v) for v in ((1, 8, 1), (1, 8, 3), (1, 8, 4), (1, 9, 0))]
+    for older, newer in itertools.pairwise(ordered):
+        assert older.admission_rules <= newer.admission_rules
+    # the cross-list pair rule came with 1.8.3, the resourceClaims entry rules with 1.9
+    assert "pair-in-gpus-and-host-devices" not in ordered[0].admission_rules
+    assert "pair-in-gpus-and-host-devices" in ordered[1].admission_rules
+    assert "claim-and-template-both-set" not in ordered[2].admission_rules
+    assert "claim-and-template-both-set" in ordered[3].admission_rules
 
 
 def test_kubevirt_1_6_and_1_7_take_the_pci_address_from_pcie_root():
@@ -190,3 +198,14 @@ def test_the_int32_checksum_bug_needs_kubernetes_1_36_and_was_fixed_in_1_8_4():
             "kubevirt/kubevirt#17858"]
         assert release.bugs_on("vm_running", False, (1, 35, 0)) == []  # formats unchecked
     assert release_for((1, 8, 4)).bugs_on("vm_running", False, (1, 37, 2)) == []
+
+
+def test_a_bug_found_here_and_fixed_nowhere_says_so_and_stays_expected_on_newer_trees():
+    k8s = (1, 37, 2)
+    [bug] = release_for((1, 9, 0)).bugs_on("first_available", False, k8s)
+    reason = bug.reason("v1.9.0")
+    assert "not reported upstream yet" in reason and "fixed in no release" in reason
+    # a tree newer than the table reads as the newest release: still expected, so a
+    # tree that fixes it shows as XPASS
+    assert release_for((1, 10, 0)).bugs_on("first_available", False, k8s) == [bug]
+    assert release_for((1, 7, 0)).bugs_on("first_available", False, k8s) == []

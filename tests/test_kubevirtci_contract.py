@@ -18,7 +18,7 @@ from fixtures.options import DEFAULT_KUBEVIRT_VERSION
 from kubevirtci.discovery import parse_version
 from kubevirtci.kubevirt_code import download
 from kubevirtci.kubevirtci_provider import KubevirtciProvider, KubevirtciSettings
-from kubevirtci.provider import BIND_DEVICE_PLUGIN_NVME
+from kubevirtci.provider import BIND_DEVICE_PLUGIN_NVME, NVME_PER_NODE
 from kubevirtci.releases import release_for
 from kubevirtci.runner import CommandFailed, StreamingRunner
 
@@ -91,7 +91,7 @@ def test_up_runs_gocli_with_the_nvme_layout_and_leaves_an_insecure_kubeconfig(cl
     stable = provider.k8s_provider()
     assert run[run.index("--nodes") + 1] == "2"
     assert run[run.index("--prefix") + 1:][:1] == [stable]
-    assert " ".join(run).count("--nvme 1G") == 2
+    assert " ".join(run).count("--nvme 1G") == NVME_PER_NODE
     images = {a for c in cluster.calls("docker") for a in c["argv"] if a.startswith("quay.io")}
     assert images == {f"quay.io/kubevirtci/gocli:{provider.tag()}"}
     kubeconfig = provider.kubeconfig()

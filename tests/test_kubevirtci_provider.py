@@ -14,7 +14,7 @@ from kubevirtci.kubevirtci_provider import (
     node_command,
     parse_last_line,
 )
-from kubevirtci.provider import SANITY_CLIENT_IMAGE
+from kubevirtci.provider import NVME_PER_NODE, SANITY_CLIENT_IMAGE
 from kubevirtci.runner import CommandFailed, CommandResult
 
 
@@ -51,7 +51,7 @@ def test_cluster_up_runs_up_sh_with_the_nvme_layout_and_two_nodes(checkout):
     assert call["argv"] == ["cluster-up/up.sh"]
     assert call["cwd"] == checkout
     env = call["env"]
-    assert env["KUBEVIRT_PROVIDER_EXTRA_ARGS"] == "--nvme 1G --nvme 1G"
+    assert env["KUBEVIRT_PROVIDER_EXTRA_ARGS"].split() == ["--nvme", "1G"] * NVME_PER_NODE
     assert env["KUBEVIRT_NUM_NODES"] == "2"
     assert env["KUBEVIRT_PROVIDER"] == "k8s-1.36"
     assert env["KUBEVIRTCI_TAG"] == "2611201503-abcdef0"

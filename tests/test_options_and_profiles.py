@@ -60,10 +60,23 @@ def test_in_cluster_is_the_existing_provider_as_the_pods_service_account(tmp_pat
 def test_reference_profile_loads():
     p = load("reference-nvme")
     assert p.driver == "nvme.dra.kubevirt-conformance.io"
-    assert p.device_kind == "hostDevice" and p.pci_vendor_device == "1b36:0010"
+    assert p.device_kinds == ("hostDevice", "gpu") and p.pci_vendor_device == "1b36:0010"
     assert p.plugin_socket is None  # found through the kubelet's plugin registry
     assert all(m.is_file() for m in p.manifests)
     assert "resource.kubernetes.io/pciBusID" in p.required_attributes
+
+
+def test_a_test_of_one_kind_sees_that_kind_and_the_first_is_the_default():
+    p = load("reference-nvme")
+    assert p.device_kind == "hostDevice"
+    assert p.with_kind("gpu").device_kind == "gpu"
+    assert p.with_kind("gpu").device_kinds == p.device_kinds
+
+
+def test_device_kind_is_the_shorthand_of_one_kind(tmp_path):
+    p = parse({"driver": "d", "deviceClass": "c", "deviceKind": "gpu",
+               "identityAttribute": "d/uuid"}, tmp_path / "p.yaml")
+    assert (p.device_kinds, p.device_kind) == (("gpu",), "gpu")
 
 
 def test_unknown_profile_lists_the_known_ones():
@@ -82,7 +95,17 @@ def test_broken_yaml_profile_names_the_problem(tmp_path):
     ([], "not a mapping"),
     ({"driver": "d"}, "'deviceClass' is missing"),
     ({"driver": "d", "deviceClass": "c", "deviceKind": "nic", "pciVendorDevice": "1:2",
-      "identityAttribute": "d/serial"}, "deviceKind 'nic'"),
+      "identityAttribute": "d/serial"}, "deviceKinds 'nic' is not one of hostDevice, gpu"),
+    ({"driver": "d", "deviceClass": "c", "deviceKinds": ["gpu", "vgpu"],
+      "identityAttribute": "d/serial"}, "deviceKinds 'vgpu' is not one of"),
+    ({"driver": "d", "deviceClass": "c", "deviceKinds": "gpu",
+      "identityAttribute": "d/serial"}, "deviceKinds must be a list of strs"),
+    ({"driver": "d", "deviceClass": "c", "deviceKinds": ["gpu", "gpu"],
+      "identityAttribute": "d/serial"}, "names a kind twice"),
+    ({"driver": "d", "deviceClass": "c", "deviceKinds": [],
+      "identityAttribute": "d/serial"}, "'deviceKinds' is missing"),
+    ({"driver": "d", "deviceClass": "c", "deviceKinds": ["gpu"], "deviceKind": "gpu",
+      "identityAttribute": "d/serial"}, "both deviceKinds and deviceKind"),
     ({"driver": "d", "deviceClass": "c", "deviceKind": "gpu", "pciVendorDevice": "1:2",
       "identityAttribute": "d/serial", "promises": {"sameDeviceAfterRestartUnpinned": "maybe"}},
      "sameDeviceAfterRestartUnpinned"),

@@ -171,3 +171,17 @@ def test_a_guest_that_runs_but_is_never_reported_ends_the_wait():
     assert waits.unreported_guest(LauncherKube(None), scheduled) is None  # not Ready yet
     running = {**scheduled, "status": {"phase": "Running"}}
     assert waits.unreported_guest(LauncherKube(ago(600)), running) is None
+
+
+def test_a_launcher_that_cannot_start_the_domain_ends_the_wait_with_its_reason():
+    from datetime import UTC, datetime, timedelta
+
+    long_ago = (datetime.now(UTC) - timedelta(seconds=600)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    failing = {"metadata": {"namespace": "ns", "uid": "u1"}, "status": {
+        "phase": "Scheduled", "conditions": [{
+            "type": "Synchronized", "status": "False",
+            "message": 'SyncVMI failed: request "dev" not found in metadata'}]}}
+    stop = waits.unreported_guest(LauncherKube(long_ago), failing)
+    assert isinstance(stop, waits.Stop)
+    assert 'request "dev" not found in metadata' in stop.reason
+    assert "#17858" not in stop.reason  # not blamed on the status-update bug

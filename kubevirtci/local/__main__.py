@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from core.errors import SuiteUsageError
-from kubevirtci.local.cluster import LocalCluster
+from kubevirtci.local.cluster import DEFAULT_NVME, LocalCluster
 from kubevirtci.local.known_images import DRIVER_IMAGE, KNOWN_IMAGES, build_known_archive
 from kubevirtci.runner import CommandFailed
 
@@ -37,7 +37,7 @@ def parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> None:
     if args.command == "up":
-        cluster = LocalCluster(nodes=args.nodes, nvme=tuple(args.nvme or ("1G", "1G")))
+        cluster = LocalCluster(nodes=args.nodes, nvme=tuple(args.nvme or DEFAULT_NVME))
         print(cluster.up())
         return
     cluster = LocalCluster()

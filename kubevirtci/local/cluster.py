@@ -27,6 +27,7 @@ from kubevirtci.local.node_init import remove_cgroup
 from kubevirtci.local.nodes import CGROUP_PARENT, HermeticNode
 from kubevirtci.local.pki import CertificateAuthority
 from kubevirtci.local.processes import ProcessSpec, Supervisor
+from kubevirtci.provider import NVME_PER_NODE
 
 if TYPE_CHECKING:
     from core.kube import Kube
@@ -40,9 +41,13 @@ def progress(message: str) -> None:
     sys.stderr.flush()
 
 
+# Each node's EMULATED NVMe controllers, by media size.
+DEFAULT_NVME = ("1G",) * NVME_PER_NODE
+
+
 class LocalCluster:
     def __init__(self, layout: Layout | None = None, nodes: int = 2,
-                 nvme: tuple[str, ...] = ("1G", "1G")) -> None:
+                 nvme: tuple[str, ...] = DEFAULT_NVME) -> None:
         self.layout = layout or Layout()
         self.node_count = nodes
         self.nvme = list(nvme)

@@ -40,7 +40,7 @@ func TestAClaimWithNothingForThisDriverGetsNoSpecAndBreaksNoLaterClaim(t *testin
 	}
 }
 
-func TestMetadataAndEnvNameTheBaseRequestOfASubrequest(t *testing.T) {
+func TestASubrequestIsAnsweredByItsFullNameAndEnvNamesTheBaseRequest(t *testing.T) {
 	d := newNode(t).start(t)
 	c := claim("uid-a", "nvme-0000-00-05-0")
 	c.Status.Allocation.Devices.Results[0].Request = "disk/fast"
@@ -48,8 +48,8 @@ func TestMetadataAndEnvNameTheBaseRequestOfASubrequest(t *testing.T) {
 	if r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	if got := r.Devices[0].Requests; len(got) != 1 || got[0] != "disk" {
-		t.Fatalf("requests %v: KubeVirt looks the device up by the base request, disk", got)
+	if got := r.Devices[0].Requests; len(got) != 1 || got[0] != "disk/fast" {
+		t.Fatalf("requests %v: the metadata API names a subrequest's entry disk/fast", got)
 	}
 	cache, _ := cdiapi.NewCache(cdiapi.WithSpecDirs(d.cfg.CDI.Dir), cdiapi.WithAutoRefresh(false))
 	env := cache.GetDevice(r.Devices[0].CDIDeviceIDs[0]).ContainerEdits.Env

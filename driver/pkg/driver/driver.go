@@ -193,9 +193,11 @@ func (d *Driver) results(pc state.PreparedClaim) []kubeletplugin.Device {
 	for _, dev := range pc.Devices {
 		attrs := d.describe(dev).Attributes()
 		out = append(out, kubeletplugin.Device{
-			// The base request: the helper files KEP-5304 metadata under the name given
-			// here, and KubeVirt looks a device up by its VMI's request name.
-			Requests:     []string{resourceclaim.BaseRequestRef(dev.Request)},
+			// The request as the allocation names it, "<request>/<subrequest>" for a
+			// firstAvailable subrequest, as the KEP-5304 metadata API says an entry is
+			// named (DeviceMetadataRequest.Name); the helper files it under the base
+			// request and hands the kubelet the base name.
+			Requests:     []string{dev.Request},
 			PoolName:     dev.Pool,
 			DeviceName:   dev.Device,
 			CDIDeviceIDs: []string{dev.CDIDeviceID},
