@@ -40,6 +40,11 @@ class KnownBug:
     needs_permitted_host_devices: bool = False
     # Only on Kubernetes releases from this one on (None: any).
     min_kubernetes: tuple[int, int] | None = None
+    # Only for DRA devices in these VMI lists (profile deviceKinds; None: any).
+    device_kinds: tuple[str, ...] | None = None
+    # The test raises core.errors.KnownBugSeen on the bug's own signature; any other
+    # failure is a failure.
+    seen_by_signature: bool = False
 
     def reason(self, version: str) -> str:
         return (f"KubeVirt {version} bug: {self.summary} "
@@ -74,13 +79,15 @@ class Release:
         return {name for name, gate in self.gates.items() if gate.default_on}
 
     def bugs_on(self, path: str, permits_host_devices: bool,
-                kubernetes: tuple[int, ...] | None) -> list[KnownBug]:
-        """The bugs that break ``path`` on a cluster configured so, of this Kubernetes
-        release (None: unknown, every bug that may apply)."""
+                kubernetes: tuple[int, ...] | None, device_kind: str) -> list[KnownBug]:
+        """The bugs that break ``path`` for DRA devices of ``device_kind`` on a cluster
+        configured so, of this Kubernetes release (None: unknown, every bug that may
+        apply)."""
         return [bug for bug in self.bugs if bug.path == path
                 and (permits_host_devices or not bug.needs_permitted_host_devices)
                 and (bug.min_kubernetes is None or kubernetes is None
-                     or kubernetes[:2] >= bug.min_kubernetes)]
+                     or kubernetes[:2] >= bug.min_kubernetes)
+                and (bug.device_kinds is None or device_kind in bug.device_kinds)]
 
     def summary(self) -> str:
         """What the suite expects of this release, for the report header."""
@@ -129,15 +136,26 @@ _PCIE_ROOT_AS_ADDRESS = (
 DRA_LAUNCHER = "dra_launcher"  # a VMI whose launcher carries DRA host devices
 VM_RUNNING = "vm_running"  # a VMI that must reach Running
 FIRST_AVAILABLE = "first_available"  # a VMI whose device a firstAvailable request serves
+# permittedHostDevices refusing a device-plugin resource it does not list
+ALLOW_LIST = "allow_list"
 # a VMI whose host device names an extended resource a DeviceClass serves (KEP-5004)
 EXTENDED_RESOURCE = "extended_resource"
 # renderresources.go validatePermittedHostDevices checks every hostDevices entry against
 # permittedHostDevices, and a DRA entry has no deviceName: "HostDevice  is not permitted".
+# (Its GPU loop is skipped whole while GPUsWithDRA is on: DRA GPUs pass.)
 PERMITTED_HOST_DEVICES_BLOCK_DRA = KnownBug(
     DRA_LAUNCHER, "virt-controller renders no launcher for DRA host devices while "
     "permittedHostDevices is configured (\"HostDevice  is not permitted\")",
     "kubevirt/kubevirt#17385", "v1.9.0",
-    needs_permitted_host_devices=True)
+    needs_permitted_host_devices=True, device_kinds=("hostDevice",))
+# The same function up to 1.8.4: `if !config.GPUsWithDRAGateEnabled()` around the GPU
+# loop, so with the gate on no GPU is checked, device-plugin ones included; 1.9.0 skips
+# only GPUs with a claim.
+UNLISTED_GPUS_PASS = KnownBug(
+    ALLOW_LIST, "with GPUsWithDRA on, virt-controller checks no GPU against "
+    "permittedHostDevices, device-plugin GPUs included: an unlisted resource is not "
+    "refused", "kubevirt/kubevirt#17385", "v1.9.0",
+    needs_permitted_host_devices=True, device_kinds=("gpu",), seen_by_signature=True)
 # pkg/dra/utils.go DefaultMetadataBasePath of 1.8.0-1.8.2: files the kubelet never writes.
 PRE_KEP_METADATA_PATH = KnownBug(
     DRA_LAUNCHER, f"virt-launcher reads device metadata under {PRE_KEP_ROOT}/<claim>/"
@@ -160,41 +178,43 @@ SUBREQUEST_METADATA_NAME = KnownBug(
     FIRST_AVAILABLE, "virt-launcher finds a device's KEP-5304 metadata entry only by the "
     "VMI's requestName, while the metadata API names a firstAvailable subrequest's entry "
     "<request>/<subrequest>: the VM never finds its device (pkg/dra/utils.go "
-    "resolveDevice)", None, None)
+    "resolveDevice)", None, None, seen_by_signature=True)
 # pkg/virt-launcher/virtwrap/device/hostdevice: a host device's deviceName is found in the
 # PCI_RESOURCE_<NAME> env a device plugin sets; DRA (KEP-5004) sets none for it.
 EXTENDED_RESOURCE_UNSEEN = KnownBug(
     EXTENDED_RESOURCE, "a host device naming an extended resource that a DeviceClass "
     "serves through DRA (KEP-5004) is looked up in PCI_RESOURCE_<NAME>, which only a device "
-    "plugin sets: the launcher gets the device, virt-launcher never finds it", None, None)
+    "plugin sets: the launcher gets the device, virt-launcher never finds it", None, None,
+    seen_by_signature=True)
 
 RELEASES: tuple[Release, ...] = (
     Release(
         (1, 6, 0), ("v1.6.1",), "2507072117-b751e332", _GATES_UP_TO_1_8, frozenset(), (), None,
         "resource.kubernetes.io/pcieRoot", _POD_STATUS,
-        (PERMITTED_HOST_DEVICES_BLOCK_DRA, EXTENDED_RESOURCE_UNSEEN),
+        (PERMITTED_HOST_DEVICES_BLOCK_DRA, UNLISTED_GPUS_PASS, EXTENDED_RESOURCE_UNSEEN),
         _PCIE_ROOT_AS_ADDRESS),
     Release(
         (1, 7, 0), ("v1.7.0",), "2510241540-9fd40b1c", _GATES_UP_TO_1_8, frozenset(), (), None,
         "resource.kubernetes.io/pcieRoot", _POD_STATUS,
-        (PERMITTED_HOST_DEVICES_BLOCK_DRA, EXTENDED_RESOURCE_UNSEEN),
+        (PERMITTED_HOST_DEVICES_BLOCK_DRA, UNLISTED_GPUS_PASS, EXTENDED_RESOURCE_UNSEEN),
         _PCIE_ROOT_AS_ADDRESS),
     # 1.8.0-1.8.2 decode one JSON object whatever its apiVersion (a v1alpha1 shape).
     Release(
         (1, 8, 0), ("v1.8.1", "v1.8.2"), "2602190951-056f8f79", _GATES_UP_TO_1_8,
         _HOST_DEVICE_RULES_V1_8, (METADATA_V1ALPHA1,), PRE_KEP_ROOT, None, _PODCLAIMNAME,
-        (PERMITTED_HOST_DEVICES_BLOCK_DRA, PRE_KEP_METADATA_PATH, CHECKSUM_AS_INT32,
-         SUBREQUEST_METADATA_NAME, EXTENDED_RESOURCE_UNSEEN)),
+        (PERMITTED_HOST_DEVICES_BLOCK_DRA, UNLISTED_GPUS_PASS, PRE_KEP_METADATA_PATH,
+         CHECKSUM_AS_INT32, SUBREQUEST_METADATA_NAME, EXTENDED_RESOURCE_UNSEEN)),
     # pkg/dra/admitter/dra_admitter.go of 1.8.3: DRA and device-plugin GPUs in one VMI.
     Release(
         (1, 8, 3), ("v1.8.3",), "2602190951-056f8f79", _GATES_UP_TO_1_8,
         _HOST_DEVICE_RULES_V1_8_3, (METADATA_V1ALPHA1,), KEP_5304_ROOT, None, _METADATA_DIR,
-        (PERMITTED_HOST_DEVICES_BLOCK_DRA, CHECKSUM_AS_INT32, SUBREQUEST_METADATA_NAME,
-         EXTENDED_RESOURCE_UNSEEN)),
+        (PERMITTED_HOST_DEVICES_BLOCK_DRA, UNLISTED_GPUS_PASS, CHECKSUM_AS_INT32,
+         SUBREQUEST_METADATA_NAME, EXTENDED_RESOURCE_UNSEEN)),
     Release(
         (1, 8, 4), ("v1.8.4",), "2602190951-056f8f79", _GATES_UP_TO_1_8,
         _HOST_DEVICE_RULES_V1_8_3, (METADATA_V1ALPHA1,), KEP_5304_ROOT, None, _METADATA_DIR,
-        (PERMITTED_HOST_DEVICES_BLOCK_DRA, SUBREQUEST_METADATA_NAME, EXTENDED_RESOURCE_UNSEEN)),
+        (PERMITTED_HOST_DEVICES_BLOCK_DRA, UNLISTED_GPUS_PASS, SUBREQUEST_METADATA_NAME,
+         EXTENDED_RESOURCE_UNSEEN)),
     Release(
         (1, 9, 0), ("v1.9.0",), "2606300938-ede497bd",
         {**_GATES_UP_TO_1_8, "HostDevicesWithDRA": _BETA_ON, "GPUsWithDRA": _BETA_ON,

@@ -106,6 +106,8 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement("SHAPE-008", "A request allocated two devices and named by one VMI device "
                 "leaves the VMI unsynchronized with KubeVirt's reason, and leaks nothing.",
                 Source.VEP_10, _O),
+    Requirement("SHAPE-009", "One claim's requests reach one VM through gpus and "
+                "hostDevices, each by its own path.", Source.VEP_10, _O),
     Requirement("ADMIT-001", "Each VEP-10 rule violation is rejected naming the field.",
                 Source.VEP_10),
     Requirement("ADMIT-002", "A claim on a missing DeviceClass leaves the VMI pending with "

@@ -83,16 +83,17 @@ BROKEN_RULES = {
          with_device(HOST_DEVICES, "d", claimName="c", requestName=REQUEST)),
         ("gpus", "hostdevices"),
     ),
+    # Both name the entry's field path; KubeVirt's words tell the two rules apart.
     "claim-and-template-both-set": (
         (with_resource_claim_entry("c", resourceClaimName="c",
                                    resourceClaimTemplateName="t"),
          with_device(HOST_DEVICES, "d", claimName="c", requestName=REQUEST)),
-        "resourceclaims",
+        ("resourceclaims", "at most one of resourceclaimname"),
     ),
     "claim-and-template-both-missing": (
         (with_resource_claim_entry("c"),
          with_device(HOST_DEVICES, "d", claimName="c", requestName=REQUEST)),
-        "resourceclaims",
+        ("resourceclaims", "must specify one of"),
     ),
 }
 

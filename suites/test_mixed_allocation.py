@@ -8,6 +8,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from core import waits
+from core.errors import KnownBugSeen
 from core.kube import RUN_ID_LABEL
 from core.timeouts import Timeout
 from fixtures import markers, vms
@@ -175,6 +176,7 @@ UNLISTED_RESOURCE = "devices.kubevirt.io/unlisted"
 
 @markers.dra_launcher
 @markers.vm_running
+@markers.allow_list
 @markers.requirement("MIXED-007")
 def test_an_unlisted_device_plugin_resource_is_refused_while_dra_devices_start(
     kube, objects, namespace, profile, cluster
@@ -190,12 +192,20 @@ def test_an_unlisted_device_plugin_resource_is_refused_while_dra_devices_start(
                                 with_device(group, "dp", deviceName=UNLISTED_RESOURCE)))
     objects.create(plain_claim("nvme", profile))
     objects.create(_dra_vm("dra-vm", profile, "nvme"))
-    refusal = vms.unsynchronized_message(waits.wait_for(
-        kube, "VirtualMachineInstance", "unlisted", namespace, vms.unsynchronized_message,
-        Timeout.VMI_RUNNING, f"virt-controller to refuse {UNLISTED_RESOURCE}"))
-    assert refusal and UNLISTED_RESOURCE in refusal and "not permitted" in refusal, refusal
+    vmi = waits.wait_for(
+        kube, "VirtualMachineInstance", "unlisted", namespace,
+        lambda o: _refused_unlisted(o) or bool(waits.vmi_unschedulable(o)),
+        Timeout.VMI_RUNNING, f"virt-controller to refuse {UNLISTED_RESOURCE}")
+    if not _refused_unlisted(vmi):
+        # a launcher exists to be unschedulable: virt-controller rendered it
+        raise KnownBugSeen(f"virt-controller rendered a launcher for {group} resource "
+                           f"{UNLISTED_RESOURCE}, which permittedHostDevices does not list")
     vms.running(kube, "dra-vm", namespace)
 
+
+def _refused_unlisted(vmi) -> bool:
+    message = vms.unsynchronized_message(vmi) or ""
+    return UNLISTED_RESOURCE in message and "not permitted" in message
 
 
 @markers.exclusive_devices
@@ -227,12 +237,15 @@ def test_a_device_plugin_name_served_by_dra_reaches_the_vm(
     claim = ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get(
         "resourceClaimName")
     if vmi["status"].get("phase") != "Running":
-        pytest.fail(
+        why = vms.unsynchronized_message(vmi) or _scheduling_message(vmi)
+        failure = (
             f"KubeVirt does not give a VM a device-plugin name served by DRA ({resource}, "
             f"DeviceClass kdc-extended-{run_id}): the scheduler gave its launcher the claim "
             f"{claim or '(none)'}, and virt-launcher, which finds a host device in "
-            f"{pci_resource_env_name(resource)} (set by a device plugin only), reports: "
-            f"{vms.unsynchronized_message(vmi) or _scheduling_message(vmi)}", pytrace=False)
+            f"{pci_resource_env_name(resource)} (set by a device plugin only), reports: {why}")
+        if claim and "do not match the number of devices" in why:
+            raise KnownBugSeen(failure)
+        pytest.fail(failure, pytrace=False)
     vm = vms.running(kube, "vm", namespace)
     [attributes] = claim_device_attributes(kube, kube.get("ResourceClaim", claim, namespace))
     sources = hostdev_sources(domain_xml(kube, vm.pod, "vm", namespace))
@@ -242,9 +255,10 @@ def test_a_device_plugin_name_served_by_dra_reaches_the_vm(
 
 
 def _settled_past_the_allow_list(vmi) -> bool:
-    """Running, unschedulable, or refused for a reason other than the allow-list (which
-    virt-controller may still read from before the change)."""
-    if waits.vmi_running(vmi) or waits.vmi_unschedulable(vmi):
+    """Running, or refused for a reason other than the allow-list (which virt-controller
+    may still read from before the change). An unschedulable launcher is waited out: the
+    scheduler may not have seen the new DeviceClass yet."""
+    if (vmi or {}).get("status", {}).get("phase") == "Running":
         return True
     message = vms.unsynchronized_message(vmi)
     return bool(message) and "not permitted" not in message

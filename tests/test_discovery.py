@@ -179,33 +179,45 @@ def test_patch_releases_of_one_minor_are_told_apart():
 def test_a_bug_is_expected_only_where_the_release_has_it_and_the_cluster_meets_it():
     bug, k8s = "kubevirt/kubevirt#17385", (1, 37, 2)
     for version in ((1, 8, 1), (1, 8, 4)):
-        assert [b for b in release_for(version).bugs_on("dra_launcher", True, k8s)
+        assert [b for b in release_for(version).bugs_on("dra_launcher", True, k8s, "hostDevice")
                 if b.upstream == bug]
         assert all(b.upstream != bug
-                   for b in release_for(version).bugs_on("dra_launcher", False, k8s))
-    assert release_for((1, 9, 0)).bugs_on("dra_launcher", True, k8s) == []
+                   for b in release_for(version).bugs_on("dra_launcher", False, k8s, "hostDevice"))
+    assert release_for((1, 9, 0)).bugs_on("dra_launcher", True, k8s, "hostDevice") == []
     # The older metadata path breaks 1.8.1/1.8.2 whatever the configuration; 1.8.3 fixed it.
-    assert release_for((1, 8, 2)).bugs_on("dra_launcher", False, k8s)
-    assert not release_for((1, 8, 3)).bugs_on("dra_launcher", False, k8s)
+    assert release_for((1, 8, 2)).bugs_on("dra_launcher", False, k8s, "hostDevice")
+    assert not release_for((1, 8, 3)).bugs_on("dra_launcher", False, k8s, "hostDevice")
     assert "fixed in v1.9.0" in release_for((1, 8, 4)).bugs_on(
-        "dra_launcher", True, k8s)[0].reason("v1.8.4")
+        "dra_launcher", True, k8s, "hostDevice")[0].reason("v1.8.4")
 
 
 def test_the_int32_checksum_bug_needs_kubernetes_1_36_and_was_fixed_in_1_8_4():
     for version in ((1, 8, 1), (1, 8, 3)):
         release = release_for(version)
-        assert [b.upstream for b in release.bugs_on("vm_running", False, (1, 37, 2))] == [
-            "kubevirt/kubevirt#17858"]
-        assert release.bugs_on("vm_running", False, (1, 35, 0)) == []  # formats unchecked
-    assert release_for((1, 8, 4)).bugs_on("vm_running", False, (1, 37, 2)) == []
+        bugs = release.bugs_on("vm_running", False, (1, 37, 2), "hostDevice")
+        assert [b.upstream for b in bugs] == ["kubevirt/kubevirt#17858"]
+        # Kubernetes before 1.36 checks no formats
+        assert release.bugs_on("vm_running", False, (1, 35, 0), "hostDevice") == []
+    assert release_for((1, 8, 4)).bugs_on("vm_running", False, (1, 37, 2), "hostDevice") == []
 
 
 def test_a_bug_found_here_and_fixed_nowhere_says_so_and_stays_expected_on_newer_trees():
     k8s = (1, 37, 2)
-    [bug] = release_for((1, 9, 0)).bugs_on("first_available", False, k8s)
+    [bug] = release_for((1, 9, 0)).bugs_on("first_available", False, k8s, "hostDevice")
     reason = bug.reason("v1.9.0")
     assert "not reported upstream yet" in reason and "fixed in no release" in reason
     # a tree newer than the table reads as the newest release: still expected, so a
     # tree that fixes it shows as XPASS
-    assert release_for((1, 10, 0)).bugs_on("first_available", False, k8s) == [bug]
-    assert release_for((1, 7, 0)).bugs_on("first_available", False, k8s) == []
+    assert release_for((1, 10, 0)).bugs_on("first_available", False, k8s, "hostDevice") == [bug]
+    assert release_for((1, 7, 0)).bugs_on("first_available", False, k8s, "hostDevice") == []
+
+
+def test_the_allow_list_bugs_of_1_8_split_by_device_list():
+    """Up to 1.8.4 the allow-list refuses DRA host devices but checks no GPU at all once
+    GPUsWithDRA is on: DRA GPUs start, and unlisted device-plugin GPUs are not refused."""
+    k8s, release = (1, 37, 2), release_for((1, 8, 4))
+    assert release.bugs_on("dra_launcher", True, k8s, "hostDevice")
+    assert not release.bugs_on("dra_launcher", True, k8s, "gpu")
+    assert release.bugs_on("allow_list", True, k8s, "gpu")
+    assert not release.bugs_on("allow_list", True, k8s, "hostDevice")
+    assert not release_for((1, 9, 0)).bugs_on("allow_list", True, k8s, "gpu")

@@ -2,7 +2,7 @@ import subprocess
 
 import pytest
 
-from fixtures import artifacts
+from fixtures import artifacts, vms
 from fixtures.guest import ConsoleSession, GuestCommandFailed
 from fixtures.launcher import (
     NON_ROOT_LIBVIRT,
@@ -223,3 +223,17 @@ def test_without_kubevirt_no_vm_kinds_are_captured():
 
     out = artifacts.collect(PodKube(), "ns", None, kubevirt=False)
     assert "Pod.yaml" in out and "VirtualMachine.yaml" not in out
+
+
+def test_a_sync_failure_reads_as_virt_launcher_wrote_it():
+    # as virt-handler reports it: virt-launcher's error quoted with %q
+    vmi = {"status": {"conditions": [
+        {"type": "Ready", "status": "False", "message": "Guest VM is not reported as running"},
+        {"type": "Synchronized", "status": "False", "reason": "Synchronizing with the Domain "
+         "failed.", "message": 'server error. command SyncVMI failed: "failed to create DRA '
+         'GPU host-devices: request \\"dev\\" has 2 devices but KubeVirt only supports '
+         'exactly one device per request (count > 1 is not supported)"'}]}}
+    message = vms.unsynchronized_message(vmi)
+    assert message is not None and 'request "dev" has 2 devices' in message
+    assert vms.unsynchronized_message({"status": {"conditions": [
+        {"type": "Synchronized", "status": "True"}]}}) is None
