@@ -122,13 +122,14 @@ def is_absent(obj: Obj) -> bool:
     return obj is None
 
 
+def condition(obj: Obj, cond_type: str, status: str | None = None) -> dict[str, Any] | None:
+    """The object's condition of that type (and status, when given), or None."""
+    return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or []
+                 if c.get("type") == cond_type and status in (None, c.get("status"))), None)
+
+
 def has_condition(obj: Obj, cond_type: str, status: str = "True") -> bool:
-    if obj is None:
-        return False
-    return any(
-        c.get("type") == cond_type and c.get("status") == status
-        for c in (obj.get("status") or {}).get("conditions") or []
-    )
+    return condition(obj, cond_type, status) is not None
 
 
 def container_failure(pod: dict[str, Any]) -> str | None:
@@ -183,10 +184,9 @@ def claim_deallocated(obj: Obj) -> bool:
 def launcher_render_failure(obj: Obj) -> Stop | None:
     """A VMI (or its VM, which mirrors the VMI's conditions) whose launcher
     virt-controller cannot render: final, since the spec will not change."""
-    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Synchronized" and c.get("status") == "False" and \
-                str(c.get("message", "")).startswith("failed to render launch manifest"):
-            return Stop(f"virt-controller cannot create the launcher: {c['message']}")
+    c = condition(obj, "Synchronized", "False")
+    if c and str(c.get("message", "")).startswith("failed to render launch manifest"):
+        return Stop(f"virt-controller cannot create the launcher: {c['message']}")
     return None
 
 
@@ -215,16 +215,13 @@ def unreported_guest(kube: Kube, vmi: Obj) -> Stop | None:
     pods = kube.list("Pod", vmi["metadata"].get("namespace"),
                      label_selector=f"kubevirt.io/created-by={vmi['metadata']['uid']}")
     for pod in pods:
-        ready = next((c for c in (pod.get("status") or {}).get("conditions") or []
-                      if c.get("type") == "Ready" and c.get("status") == "True"), None)
+        ready = condition(pod, "Ready", "True")
         if ready is None or not ready.get("lastTransitionTime"):
             continue
         since = datetime.fromisoformat(ready["lastTransitionTime"])
         if (datetime.now(UTC) - since).total_seconds() <= Timeout.GUEST_REPORTED.seconds:
             continue
-        unsynchronized = next((c for c in status.get("conditions") or []
-                               if c.get("type") == "Synchronized"
-                               and c.get("status") == "False"), None)
+        unsynchronized = condition(vmi, "Synchronized", "False")
         if unsynchronized is not None:  # the guest never started: virt-launcher says why
             return Stop(f"its launcher {pod['metadata']['name']} has been Ready since "
                         f"{ready['lastTransitionTime']}, and virt-launcher cannot start the "

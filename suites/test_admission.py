@@ -31,17 +31,17 @@ from fixtures.kubevirt_config import changed_configuration, without_feature_gate
 
 pytestmark = [markers.admission, markers.requires_kubevirt_dra]
 
-# rule id -> (VM options breaking exactly that rule, text the rejection must name)
+# rule id -> (VM options breaking exactly that rule, texts the rejection must name)
 BROKEN_RULES = {
     "claim-name-not-dns-label": (
         (with_claim_reference("Not_A_Label", "c"),
          with_device(HOST_DEVICES, "d", claimName="Not_A_Label", requestName=REQUEST)),
-        "resourceclaims",
+        ("resourceclaims",),
     ),
     "duplicate-claim-names": (
         (with_claim_reference("c", "c"), with_claim_reference("c", "c2"),
          with_device(HOST_DEVICES, "d", claimName="c", requestName=REQUEST)),
-        "resourceclaims",
+        ("resourceclaims",),
     ),
     # KubeVirt names the list that lacks the claim, not the device that uses it:
     # "vmi.spec.resourceClaims must specify all claims used in ..." on <root>.resourceClaims
@@ -49,32 +49,32 @@ BROKEN_RULES = {
     "claim-name-not-in-resource-claims": (
         (with_claim_reference("c", "c"),
          with_device(HOST_DEVICES, "d", claimName="missing", requestName=REQUEST)),
-        "resourceclaims",
+        ("resourceclaims",),
     ),
     "request-name-missing": (
         (with_claim_reference("c", "c"),
          with_device(HOST_DEVICES, "d", claimName="c")),
-        "requestname",
+        ("requestname",),
     ),
     "duplicate-claim-request-pair": (
         (with_claim_reference("c", "c"),
          with_device(HOST_DEVICES, "d1", claimName="c", requestName=REQUEST),
          with_device(HOST_DEVICES, "d2", claimName="c", requestName=REQUEST)),
-        "requestname",
+        ("requestname",),
     ),
     "device-name-and-claim-both-set": (
         (with_claim_reference("c", "c"),
          with_device(HOST_DEVICES, "d", deviceName="devices.kubevirt.io/nvme",
                      claimName="c", requestName=REQUEST)),
-        "devicename",
+        ("devicename",),
     ),
     "device-name-and-claim-both-missing": (
         (with_claim_reference("c", "c"), with_device(HOST_DEVICES, "d")),
-        "devicename",
+        ("devicename",),
     ),
     "claim-name-missing": (
         (with_claim_reference("c", "c"), with_device(HOST_DEVICES, "d", requestName=REQUEST)),
-        "claimname",
+        ("claimname",),
     ),
     # One (claim, request) pair in both lists: the message names both lists' entries.
     "pair-in-gpus-and-host-devices": (
@@ -111,7 +111,7 @@ def test_vep10_rule_violation_is_rejected_naming_the_field(objects, profile, clu
         objects.create(vms.guest_vm(f"vm-{rule}"[:50], profile, *options))
     assert err.value.status in (400, 422), err.value
     named = err.value.body.lower().replace(".", "")
-    for field in (fields,) if isinstance(fields, str) else fields:
+    for field in fields:
         assert field in named, f"the rejection does not name {field}: {err.value.body}"
 
 

@@ -77,9 +77,9 @@ def test_a_vm_with_a_dra_device_is_not_live_migratable_and_a_migration_is_refuse
     vms.running(kube, "vm", namespace)
     vmi = waits.wait_for(
         kube, "VirtualMachineInstance", "vm", namespace,
-        lambda o: _condition(o, "LiveMigratable"), Timeout.VMI_RUNNING,
+        lambda o: waits.condition(o, "LiveMigratable"), Timeout.VMI_RUNNING,
         "virt-handler to report whether the VMI is live-migratable")
-    condition = _condition(vmi, "LiveMigratable")
+    condition = waits.condition(vmi, "LiveMigratable")
     assert condition["status"] == "False", (
         f"a VMI with a DRA {profile.device_kind} reports LiveMigratable={condition['status']} "
         f"({condition.get('reason')}: {condition.get('message')})")
@@ -94,7 +94,3 @@ def test_a_vm_with_a_dra_device_is_not_live_migratable_and_a_migration_is_refuse
     assert condition["reason"] in err.value.body, (
         f"the refusal does not name the VMI's reason {condition['reason']}: {err.value.body}")
 
-
-def _condition(vmi, kind):
-    conditions = ((vmi or {}).get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c.get("type") == kind), None)

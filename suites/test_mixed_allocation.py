@@ -265,7 +265,5 @@ def _settled_past_the_allow_list(vmi) -> bool:
 
 
 def _scheduling_message(vmi) -> str:
-    conditions = (vmi.get("status") or {}).get("conditions") or []
-    return next((str(c.get("message")) for c in conditions
-                 if c.get("type") == "PodScheduled" and c.get("status") == "False"),
-                f"phase {vmi['status'].get('phase')}")
+    unscheduled = waits.condition(vmi, "PodScheduled", "False")
+    return str(unscheduled.get("message")) if unscheduled else f"phase {vmi['status'].get('phase')}"
