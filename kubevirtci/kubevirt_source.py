@@ -100,6 +100,11 @@ class KubeVirtSource(ABC):
     def deploy(self, kube: Kube, provider: Provider, await_node_agents: bool) -> str:
         """Deploy (or redeploy) onto the provider's cluster; what was done, for the log."""
 
+    def check_deployed(self, deployed_version: str | None) -> None:
+        """Refuse (SuiteUsageError) a cluster whose KubeVirt this source cannot judge as
+        asked, once, before any test; the sources that deploy replace what runs."""
+        return
+
 
 def cluster_configuration(provider: Provider, built_here: bool, version: str
                           ) -> dict[str, Any]:
@@ -196,9 +201,24 @@ class BuiltSource(KubeVirtSource):
 
 
 class DeployedSource(KubeVirtSource):
-    """What the cluster already runs (provider ``existing``): nothing is installed."""
+    """What the cluster already runs (provider ``existing``): nothing is installed. A
+    version asked for explicitly must be the one deployed."""
 
     installs = False
+
+    def __init__(self, asked_version: str | None = None) -> None:
+        self.asked_version = asked_version
+
+    def check_deployed(self, deployed_version: str | None) -> None:
+        asked = self.asked_version
+        if asked is None or deployed_version == asked:
+            return
+        runs = f"runs KubeVirt {deployed_version}" if deployed_version else "runs no KubeVirt"
+        raise SuiteUsageError(
+            f"--kubevirt-version {asked} asks for a KubeVirt the cluster does not run (it "
+            f"{runs}), and provider 'existing' installs nothing",
+            f"deploy {asked} on the cluster first, or leave --kubevirt-version out to judge "
+            "what it runs, or use --provider local to have the suite deploy it")
 
     def identity(self) -> KubeVirtIdentity:
         return KubeVirtIdentity("deployed")
@@ -225,8 +245,8 @@ class NoKubeVirt(KubeVirtSource):
         return "KubeVirt not installed (--without-kubevirt)"
 
 
-def kubevirt_source(provider: str, version: str, tree: Path | None, without: bool
-                    ) -> KubeVirtSource:
+def kubevirt_source(provider: str, version: str, tree: Path | None, without: bool,
+                    version_given: bool = False) -> KubeVirtSource:
     """The source the options ask for, its code resolved (a release's download, a tree's
     layout, describe and content hash): bad input is one usage error, before any cluster
     or build work."""
@@ -237,7 +257,7 @@ def kubevirt_source(provider: str, version: str, tree: Path | None, without: boo
                 "installs nothing",
                 "deploy the tree yourself (its `make cluster-sync`), then run --provider "
                 "existing against it; or use --provider local or kubevirtci")
-        return DeployedSource()
+        return DeployedSource(version if version_given else None)
     if without:
         if tree is not None:
             raise SuiteUsageError("--kubevirt-source and --without-kubevirt contradict",

@@ -32,6 +32,8 @@ DEFAULT_K8S_PROVIDER = "k8s-1.36"  # when a checkout names no stable provider
 DEFAULT_NUM_NODES = 2
 DEFAULT_NVME_ARGS = " ".join(["--nvme 1G"] * NVME_PER_NODE)
 CLUSTER_REGISTRY = "registry:5000"  # the in-cluster name of kubevirtci's registry
+PODMAN_SOCKET = "/run/podman/podman.sock"  # kubevirtci's default KUBEVIRTCI_PODMAN_SOCKET
+RUNTIME_PROBE_TIMEOUT = 30  # seconds for `docker ps` to answer
 CACHE_ROOT = Path(os.environ.get("KDC_CACHE", Path.home() / ".cache" / "kdc"))
 
 
@@ -142,6 +144,28 @@ class KubevirtciProvider(Provider):
     def run(self, argv: list[str], hint: str) -> str:
         result = self.runner.run(argv, env=self.env(), cwd=self.checkout, label="kubevirtci")
         return check(result, hint).stdout
+
+    def preflight(self) -> None:
+        """kubevirtci runs its nodes as containers, on podman when its socket answers,
+        else on docker when ``docker ps`` works
+        (cluster-up/cluster/ephemeral-provider-common.sh): the same test, up front."""
+        podman_socket = Path(self.base_env.get("KUBEVIRTCI_PODMAN_SOCKET", PODMAN_SOCKET))
+        if self.base_env.get("KUBEVIRTCI_RUNTIME") != "docker" and podman_socket.is_socket():
+            return
+        if shutil.which("docker", path=self.base_env.get("PATH")):
+            probe = self.runner.run(["docker", "ps"], env=self.base_env, label="kubevirtci",
+                                    timeout=RUNTIME_PROBE_TIMEOUT)
+            if probe.returncode == 0:
+                return
+            said = probe.stdout.strip().splitlines()
+            why = f"`docker ps` fails ({said[-1] if said else 'no output'})"
+        else:
+            why = "no docker on PATH"
+        raise SuiteUsageError(
+            f"provider kubevirtci runs its nodes in containers and finds no working runtime "
+            f"here: {why}, no podman socket at {podman_socket}",
+            "start docker or podman's socket (and give it /dev/kvm), or use the hermetic "
+            "cluster instead: --provider local")
 
     def up(self) -> None:
         if self.settings.checkout is None:

@@ -101,6 +101,11 @@ class Provider(ABC):
         except Exception:
             return f"the {self.name} provider's kubeconfig"
 
+    def preflight(self) -> None:
+        """What the provider needs from this machine, checked before any cluster work;
+        raises SuiteUsageError naming what is missing and the fix."""
+        return
+
     @abstractmethod
     def up(self) -> None:
         """Bring the cluster up (or check that it is reachable)."""

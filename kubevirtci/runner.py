@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,11 +36,13 @@ class CommandRunner(Protocol):
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         label: str = "",
+        timeout: float | None = None,
     ) -> CommandResult: ...
 
 
 class StreamingRunner:
-    """Runs a command, echoing each output line prefixed by ``label`` to stderr."""
+    """Runs a command, echoing each output line prefixed by ``label`` to stderr; one that
+    outlives ``timeout`` seconds is killed and reported as failed."""
 
     def __init__(self, echo: bool = True) -> None:
         self.echo = echo
@@ -50,6 +53,7 @@ class StreamingRunner:
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         label: str = "",
+        timeout: float | None = None,
     ) -> CommandResult:
         lines: list[str] = []
         with subprocess.Popen(
@@ -60,12 +64,20 @@ class StreamingRunner:
             stderr=subprocess.STDOUT,
             text=True,
         ) as proc:
+            # The output is read as it comes, so the deadline is a timer that kills.
+            killer = threading.Timer(timeout, proc.kill) if timeout else None
+            if killer:
+                killer.start()
             assert proc.stdout is not None
             for line in proc.stdout:
                 lines.append(line)
                 if self.echo:
                     sys.stderr.write(f"[{label or argv[0]}] {line}")
             returncode = proc.wait()
+            if killer:
+                killer.cancel()
+        if killer and returncode < 0:
+            lines.append(f"(killed: still running after {timeout:.0f} s)\n")
         return CommandResult(tuple(argv), returncode, "".join(lines))
 
 

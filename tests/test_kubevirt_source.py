@@ -38,6 +38,19 @@ def test_existing_clusters_are_judged_as_deployed_and_take_no_tree(tmp_path):
     assert "--provider existing against it" in err.value.fix  # the alternative, named
 
 
+def test_an_existing_cluster_running_another_kubevirt_than_asked_is_refused_up_front():
+    asked = kubevirt_source("existing", "v1.8.4", None, False, version_given=True)
+    asked.check_deployed("v1.8.4")
+    with pytest.raises(SuiteUsageError, match=r"does not run \(it runs KubeVirt v1.9.0\)") \
+            as err:
+        asked.check_deployed("v1.9.0")
+    assert "leave --kubevirt-version out" in err.value.fix
+    with pytest.raises(SuiteUsageError, match="runs no KubeVirt"):
+        asked.check_deployed(None)
+    # The default version, not asked for, judges whatever is deployed.
+    kubevirt_source("existing", "v1.9.0", None, False).check_deployed("v1.8.1")
+
+
 def test_without_kubevirt_takes_away_what_needs_it_and_says_how_to_get_it(tmp_path):
     source = kubevirt_source("local", "v1.9.0", None, True)
     assert not source.installs and source.identity().origin == "none"
@@ -78,7 +91,7 @@ class Recording:
     def __init__(self) -> None:
         self.calls: list[tuple[list[str], dict[str, str], Path | None]] = []
 
-    def run(self, argv, env=None, cwd=None, label=""):
+    def run(self, argv, env=None, cwd=None, label="", timeout=None):
         self.calls.append((list(argv), dict(env or {}), cwd))
         return CommandResult(tuple(argv), 0, "")
 

@@ -25,7 +25,7 @@ class RecordingRunner:
         self.calls = []
         self.answers = answers or {}
 
-    def run(self, argv, env=None, cwd=None, label=""):
+    def run(self, argv, env=None, cwd=None, label="", timeout=None):
         self.calls.append({"argv": list(argv), "env": dict(env or {}), "cwd": cwd})
         code, out = self.answers.get(tuple(argv[:2]), (0, ""))
         return CommandResult(tuple(argv), code, out)
@@ -199,3 +199,42 @@ def test_device_plugin_controllers_are_bound_to_vfio_on_every_node(checkout):
     assert script[:3] == ["sudo", "sh", "-c"]
     assert "= nvme-1 ]" in script[3]
     assert "vfio-pci > /sys/bus/pci/devices/$bdf/driver_override" in script[3]
+
+
+def _docker_on_path(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    docker = bin_dir / "docker"
+    docker.write_text("#!/bin/sh\n")
+    docker.chmod(0o755)
+    return str(bin_dir)
+
+
+def _preflight(checkout, runner, env):
+    settings = KubevirtciSettings(kubevirt_version="v1.9.0", checkout=checkout)
+    KubevirtciProvider(settings, runner, base_env=env).preflight()
+
+
+def test_preflight_refuses_a_machine_without_docker_or_podman_before_any_cluster_work(
+        checkout, tmp_path):
+    runner = RecordingRunner()
+    with pytest.raises(SuiteUsageError, match="no docker on PATH") as err:
+        _preflight(checkout, runner, {"PATH": str(tmp_path / "empty"),
+                                      "KUBEVIRTCI_PODMAN_SOCKET": str(tmp_path / "none")})
+    assert "--provider local" in err.value.fix
+    assert runner.calls == []  # neither check.sh nor up.sh ran
+
+
+def test_preflight_refuses_a_docker_whose_daemon_does_not_answer(checkout, tmp_path):
+    refused = "Cannot connect to the Docker daemon at unix:///var/run/docker.sock."
+    runner = RecordingRunner({("docker", "ps"): (1, refused + "\n")})
+    with pytest.raises(SuiteUsageError, match="Cannot connect to the Docker daemon"):
+        _preflight(checkout, runner, {"PATH": _docker_on_path(tmp_path),
+                                      "KUBEVIRTCI_PODMAN_SOCKET": str(tmp_path / "none")})
+    assert [c["argv"] for c in runner.calls] == [["docker", "ps"]]
+
+
+def test_preflight_accepts_a_docker_that_answers(checkout, tmp_path):
+    runner = RecordingRunner({("docker", "ps"): (0, "CONTAINER ID\n")})
+    _preflight(checkout, runner, {"PATH": _docker_on_path(tmp_path),
+                                  "KUBEVIRTCI_PODMAN_SOCKET": str(tmp_path / "none")})

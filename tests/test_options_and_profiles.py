@@ -47,6 +47,22 @@ def test_bad_options_give_one_error_naming_the_fix(given, env, message):
     assert "Fix:" in str(err.value)
 
 
+@pytest.mark.parametrize(("text", "context", "message"), [
+    ("apiVersion: v1\nclusters: [\n  - a: : b\n", None, "is not valid YAML at line 3"),
+    ("- just\n- a list\n", None, "is not a kubeconfig"),
+    ("apiVersion: v1\ncontexts:\n- name: kind-kind\n", "kind", "has no context 'kind' "
+     r"\(it has: kind-kind\)"),
+])
+def test_a_broken_kubeconfig_is_one_error_before_any_cluster_work(tmp_path, text, context,
+                                                                   message):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(text)
+    given = {"provider": "existing", "kubeconfig": str(kubeconfig), "context": context}
+    with pytest.raises(SuiteUsageError, match=message) as err:
+        options.resolve(FakeConfig(**given), env={})
+    assert "\n" not in str(err.value) and "Fix:" in str(err.value)
+
+
 def test_in_cluster_is_the_existing_provider_as_the_pods_service_account(tmp_path,
                                                                         monkeypatch):
     token = tmp_path / "token"
@@ -187,3 +203,13 @@ def test_container_edits_templates_that_can_never_be_filled_are_named(tmp_path):
     data["containerEdits"]["env"] = {"X_{index}": "{device}"}
     with pytest.raises(SuiteUsageError, match=r"placeholder \{index\} is neither"):
         parse(data, tmp_path / "p.yaml")
+
+
+def test_an_artifacts_folder_that_cannot_be_made_is_one_error(tmp_path):
+    from fixtures.plugin import make_artifacts_dir
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SuiteUsageError, match="cannot be made") as err:
+        make_artifacts_dir(blocker / "run")
+    assert "--artifacts-dir" in err.value.fix
