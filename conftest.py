@@ -2,6 +2,7 @@
 
 pytest_plugins = [
     "fixtures.plugin",
+    "fixtures.signals",
     "fixtures.node_client",
     "fixtures.sanity",
     "fixtures.console",

@@ -29,6 +29,7 @@ NO_KUBEVIRT = (
     "KubeVirt is not installed (--without-kubevirt); run without it to deploy KubeVirt, "
     "or use --provider existing on a cluster that runs it"
 )
+NOT_NEEDED = "no selected test needs KubeVirt, so none was built or deployed"
 # What --without-kubevirt takes away (discovery would say only "not installed").
 KUBEVIRT_CAPABILITIES = (
     Capability.KUBEVIRT, Capability.KUBEVIRT_DRA_GATES, Capability.RUNNING_VMS,
@@ -43,6 +44,7 @@ class KubeVirtIdentity:
     """Which KubeVirt ran, as every result names it."""
 
     origin: str  # release | tree | deployed | none
+    why_none: str = "--without-kubevirt"  # origin none: why
     version: str = ""
     commit: str = ""
     dirty: bool = False
@@ -51,8 +53,9 @@ class KubeVirtIdentity:
 
     @classmethod
     def of(cls, code: KubeVirtCode) -> KubeVirtIdentity:
-        return cls("tree" if code.tree else "release", code.version, code.commit, code.dirty,
-                   code.content_hash, str(code.source) if code.tree else "")
+        return cls("tree" if code.tree else "release", version=code.version,
+                   commit=code.commit, dirty=code.dirty, content_hash=code.content_hash,
+                   path=str(code.source) if code.tree else "")
 
     def describe(self) -> str:
         if self.origin == "tree":
@@ -62,7 +65,7 @@ class KubeVirtIdentity:
             return f"release {self.version} (commit {self.commit[:14]})"
         if self.origin == "deployed":
             return f"as deployed on the cluster{f' ({self.version})' if self.version else ''}"
-        return "none (--without-kubevirt)"
+        return f"none ({self.why_none})"
 
     def properties(self) -> dict[str, str]:
         """JUnit run properties (and the certification bundle's facts)."""
@@ -228,21 +231,26 @@ class DeployedSource(KubeVirtSource):
 
 
 class NoKubeVirt(KubeVirtSource):
-    """--without-kubevirt: pod-level and driver suites only."""
+    """--without-kubevirt, or no selected test needs KubeVirt: pod-level and driver
+    suites only."""
 
     installs = False
 
+    def __init__(self, why: str = NO_KUBEVIRT) -> None:
+        self.why = why
+
     def identity(self) -> KubeVirtIdentity:
-        return KubeVirtIdentity("none")
+        short = "--without-kubevirt" if self.why == NO_KUBEVIRT else "not needed"
+        return KubeVirtIdentity("none", why_none=short)
 
     def declared_capabilities(self) -> Capabilities:
         caps = Capabilities()
         for cap in KUBEVIRT_CAPABILITIES:
-            caps.deny(cap, NO_KUBEVIRT)
+            caps.deny(cap, self.why)
         return caps
 
     def deploy(self, kube: Kube, provider: Provider, await_node_agents: bool) -> str:
-        return "KubeVirt not installed (--without-kubevirt)"
+        return f"KubeVirt not installed ({self.identity().why_none})"
 
 
 def kubevirt_source(provider: str, version: str, tree: Path | None, without: bool,

@@ -75,6 +75,7 @@ class KubevirtciProvider(Provider):
         self.settings = settings
         self.runner = runner
         self.base_env = dict(os.environ if base_env is None else base_env)
+        self.started_here = False  # down() removes only a cluster this run brought up
 
     @property
     def checkout(self) -> Path:
@@ -176,6 +177,9 @@ class KubevirtciProvider(Provider):
                 "pass --kubevirtci-path with the root of a kubevirtci clone, or leave it "
                 "out to use the kubevirtci of the KubeVirt release (--kubevirt-version)",
             )
+        if self.running():
+            return  # a kept cluster: this run neither provisions nor removes it
+        self.started_here = True
         # What kubevirtci's `make cluster-up` runs.
         for script in ("cluster-up/check.sh", "cluster-up/up.sh"):
             self.run([script], "kubevirtci needs docker or podman and nested KVM (/dev/kvm); "
@@ -184,6 +188,13 @@ class KubevirtciProvider(Provider):
     def kubeconfig(self) -> Path:
         out = self.run(["cluster-up/kubeconfig.sh"], "bring the cluster up first")
         return Path(parse_last_line(out))
+
+    def running(self) -> bool:
+        """Whether the cluster's containers run: gocli's ``ports`` inspects them."""
+        probe = self.runner.run(["cluster-up/cli.sh", "ports", "k8s"], env=self.env(),
+                                cwd=self.checkout, label="kubevirtci",
+                                timeout=RUNTIME_PROBE_TIMEOUT)
+        return probe.returncode == 0
 
     def registry_port(self) -> int:
         out = self.run(["cluster-up/cli.sh", "ports", "registry"], "is the cluster up?")
@@ -236,7 +247,7 @@ class KubevirtciProvider(Provider):
         return caps
 
     def down(self) -> None:
-        if self.settings.keep_cluster:
+        if self.settings.keep_cluster or not self.started_here:
             return
         self.run(["cluster-up/down.sh"], "remove the cluster's containers by hand")
 

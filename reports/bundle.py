@@ -79,6 +79,9 @@ def verify(bundle: Path) -> tuple[list[str], list[str]]:
         return problems, []
     facts = json.loads((bundle / FACTS).read_text())
     results = json.loads((bundle / RESULTS).read_text())
+    if facts.get("interrupted"):
+        problems.append(f"the run was interrupted ({facts['interrupted']}): its results are "
+                        "partial")
     problems += [f"required requirement {failure}" for failure in
                  certification_failures(results)]
     if (bundle / JUNIT).is_file():

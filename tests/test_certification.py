@@ -126,7 +126,7 @@ def loop_session(certify, *items):
     caps = Capabilities()
     caps.deny(Capability.RUNNING_VMS, "virt-handler is not ready")
     cluster = SimpleNamespace(options=SimpleNamespace(certify=certify), error=None,
-                              capabilities=caps, provider=SimpleNamespace(installs=False))
+                              capabilities=caps, kube=object())
     config = SimpleNamespace(stash={SESSION_KEY: cluster})
     return SimpleNamespace(config=config, items=list(items))
 
@@ -160,12 +160,12 @@ def test_verify_from_the_command_line(tmp_path):
     assert bad.returncode == 1 and "edited after the run: facts.json" in bad.stdout
 
 
-def test_a_worker_stops_instead_of_exiting():
+def test_a_worker_not_yet_on_the_cluster_leaves_the_verdict_to_the_per_test_gate():
+    """An xdist worker reaches the cluster at its first test, after the controller's
+    set-up: before that its capabilities say nothing."""
     session = loop_session(True, Item("VM-001", Capability.RUNNING_VMS))
-    session.config.workerinput = {}
-    session.shouldstop = False
-    assert certification.pytest_runtestloop(session) is True
-    assert "needed by VM-001" in session.shouldstop
+    session.config.stash[SESSION_KEY].kube = None
+    assert certification.pytest_runtestloop(session) is None
 
 
 def test_a_bundle_folder_reused_by_a_later_run_holds_only_that_run(tmp_path):
@@ -183,12 +183,6 @@ def test_a_bundle_without_its_facts_is_rejected_not_crashed(tmp_path):
     sums.write_text("".join(line + "\n" for line in sums.read_text().splitlines()
                             if not line.endswith(bundle.FACTS)))
     assert bundle.verify(path)[0] == [f"missing file: {bundle.FACTS}"]
-
-
-def test_a_provider_that_installs_is_judged_after_its_install_not_before():
-    session = loop_session(True, Item("VM-001", Capability.RUNNING_VMS))
-    session.config.stash[SESSION_KEY].provider.installs = True
-    assert certification.pytest_runtestloop(session) is None
 
 
 def test_the_console_is_kept_as_the_terminal_showed_it(tmp_path):

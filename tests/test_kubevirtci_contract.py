@@ -102,6 +102,7 @@ def test_up_runs_gocli_with_the_nvme_layout_and_leaves_an_insecure_kubeconfig(cl
 
 
 def test_registry_port_comes_from_gocli_ports(cluster):
+    cluster.provider.up()
     assert cluster.provider.registry_port() == 33001
     assert cluster.gocli()[-1][-2:] == ["ports", "registry"]
 
@@ -132,6 +133,7 @@ def test_device_plugin_binding_reaches_every_node_intact(cluster):
 
 
 def test_down_removes_the_cluster_by_its_prefix(cluster):
+    cluster.provider.up()
     cluster.provider.down()
     assert cluster.gocli()[-1] == ["rm", "--prefix", cluster.provider.k8s_provider()]
 
@@ -163,3 +165,16 @@ def test_a_trees_cluster_sync_reaches_the_cluster_the_provider_brought_up(tmp_pa
     assert Path(config_path) == tree / "kubevirtci" / "_ci-configs" == \
         Path(env["KUBEVIRTCI_CONFIG_PATH"])
     assert (k8s_provider, nodes, tag) == (provider.k8s_provider(), "2", provider.tag())
+
+
+def test_a_second_run_on_a_kept_cluster_neither_provisions_it_again_nor_removes_it(
+        cluster, release_scripts):
+    cluster.provider.up()
+    runs = [c for c in cluster.gocli() if "run" in c[:3]]
+    assert runs  # the first up provisioned it
+    later = KubevirtciProvider(cluster.provider.settings, StreamingRunner(echo=False),
+                               base_env=cluster.provider.base_env)
+    later.up()
+    later.down()
+    assert [c for c in cluster.gocli() if "run" in c[:3]] == runs
+    assert not any("rm" in c[:3] for c in cluster.gocli())

@@ -21,11 +21,14 @@ from kubevirtci.runner import CommandFailed, CommandResult
 class RecordingRunner:
     """Records every command; answers from a script keyed by the command's first args."""
 
-    def __init__(self, answers=None):
+    def __init__(self, answers=None, cluster_running=False):
         self.calls = []
         self.answers = answers or {}
+        self.cluster_running = cluster_running
 
     def run(self, argv, env=None, cwd=None, label="", timeout=None):
+        if list(argv) == ["cluster-up/cli.sh", "ports", "k8s"]:  # is the cluster up?
+            return CommandResult(tuple(argv), 0 if self.cluster_running else 1, "")
         self.calls.append({"argv": list(argv), "env": dict(env or {}), "cwd": cwd})
         code, out = self.answers.get(tuple(argv[:2]), (0, ""))
         return CommandResult(tuple(argv), code, out)
@@ -170,11 +173,23 @@ def test_node_commands_go_through_ssh_sh_and_down_respects_keep_cluster(checkout
     assert runner.calls[-1]["argv"] == [
         "cluster-up/ssh.sh", "node02", "--",
         node_command(["readlink", "/sys/bus/pci/devices/0000:00:05.0/driver"])]
+    p.up()
     p.down()
     assert runner.calls[-1]["argv"] == ["cluster-up/down.sh"]
     kept = RecordingRunner()
-    provider(checkout, kept, keep_cluster=True).down()
-    assert kept.calls == []
+    kept_provider = provider(checkout, kept, keep_cluster=True)
+    kept_provider.up()
+    kept_provider.down()
+    assert kept.calls[-1]["argv"] == ["cluster-up/up.sh"]  # brought up, not taken down
+
+
+def test_a_cluster_that_was_already_up_is_neither_provisioned_nor_removed(checkout):
+    """Only the run that brought a cluster up takes it down (as the local provider)."""
+    runner = RecordingRunner(cluster_running=True)
+    p = provider(checkout, runner)
+    p.up()
+    p.down()
+    assert runner.calls == []
 
 
 def test_failed_cluster_up_names_the_command_and_the_fix(checkout):

@@ -1,8 +1,12 @@
-"""What a conformance run does before its first test, seen from a real pytest process:
-bad input is one line and no cluster work; ``--collect-only`` builds and writes nothing."""
+"""What a conformance run does before its first test and when it is stopped, seen from
+a real pytest process: bad input is one line and no cluster work; ``--collect-only``
+builds and writes nothing; SIGTERM cleans up as Ctrl-C does, and a second one ends it."""
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,3 +41,65 @@ def test_collect_only_builds_nothing_and_writes_no_bundle(tmp_path):
     assert "tests collected" in output
     assert "[build]" not in output and "[local]" not in output  # no cluster, no build
     assert "certification bundle" not in output and not (out / "bundle").exists()
+
+
+SLOW_TEST = """
+import time
+from pathlib import Path
+
+import pytest
+
+@pytest.fixture
+def held():
+    yield
+    Path("teardown").write_text("the test's objects were deleted")
+    time.sleep(float(__import__("os").environ.get("TEARDOWN_SECONDS", "0")))
+
+def test_holds_a_device(held):
+    Path("started").write_text("")
+    time.sleep(60)
+"""
+CLEANUP_HOOK = """
+from pathlib import Path
+
+def pytest_keyboard_interrupt(excinfo):
+    Path("interrupted").write_text(str(excinfo.value))
+"""
+SIGNAL_TIMEOUT = 30  # seconds for a signalled run to end
+
+
+def start_slow_run(tmp_path: Path, teardown_seconds: int) -> subprocess.Popen[str]:
+    (tmp_path / "test_slow.py").write_text(SLOW_TEST)
+    (tmp_path / "conftest.py").write_text(CLEANUP_HOOK)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TEARDOWN_SECONDS": str(teardown_seconds)}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "fixtures.signals", "-p", "no:cacheprovider",
+         "test_slow.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.monotonic() + SIGNAL_TIMEOUT
+    while not (tmp_path / "started").exists():
+        assert time.monotonic() < deadline and run.poll() is None, "the test never started"
+        time.sleep(0.1)
+    return run
+
+
+def test_sigterm_ends_a_run_as_ctrl_c_does_tearing_down_what_it_made(tmp_path):
+    run = start_slow_run(tmp_path, teardown_seconds=0)
+    run.send_signal(signal.SIGTERM)
+    output, _ = run.communicate(timeout=SIGNAL_TIMEOUT)
+    assert run.returncode == 2, output  # pytest's "interrupted"
+    assert (tmp_path / "teardown").exists()  # fixtures torn down
+    assert "SIGTERM" in (tmp_path / "interrupted").read_text()  # the Ctrl-C hooks ran
+    assert "Traceback" not in output
+
+
+def test_a_second_sigterm_ends_the_run_at_once(tmp_path):
+    run = start_slow_run(tmp_path, teardown_seconds=60)
+    run.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + SIGNAL_TIMEOUT
+    while not (tmp_path / "teardown").exists():  # now in a slow teardown
+        assert time.monotonic() < deadline, "teardown never began"
+        time.sleep(0.1)
+    run.send_signal(signal.SIGTERM)
+    run.communicate(timeout=SIGNAL_TIMEOUT)  # well before the teardown's 60 s
+    assert run.returncode == -signal.SIGTERM
