@@ -3,6 +3,7 @@
 pytest_plugins = [
     "fixtures.plugin",
     "fixtures.signals",
+    "fixtures.leases",
     "fixtures.node_client",
     "fixtures.sanity",
     "fixtures.console",

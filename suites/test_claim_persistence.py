@@ -11,7 +11,7 @@ from fixtures.builders.resourceclaim import with_request
 from fixtures.builders.resourceclaimtemplate import new_resource_claim_template
 from fixtures.builders.virtualmachine import with_run_strategy, with_vm_claim_template
 from fixtures.builders.vmi import with_claim_reference, with_claim_template, with_node_selector
-from fixtures.claims import REQUEST, pick_free_device, pinned_claim, plain_claim
+from fixtures.claims import REQUEST, pinned_claim, plain_claim
 from fixtures.devices import PCI_BUS_ID, allocated_devices, claim_device_attributes
 from fixtures.launcher import metadata_dir, read_metadata_files
 from kubevirtci.capabilities import Capability
@@ -84,8 +84,8 @@ def test_template_claim_is_recreated_per_launcher_pod_and_deleted_with_it(
 @markers.requires(Capability.GUEST_ACCESS, Capability.LAUNCHER_METADATA)
 @markers.requirement("PERSIST-004")
 def test_pinned_claim_gets_same_device_after_restart(kube, objects, namespace, profile, guest,
-                                                    cluster):
-    device = pick_free_device(kube, profile)
+                                                    cluster, free_device):
+    device = free_device()
     objects.create(pinned_claim("nvme", profile, device))
     objects.create(_vm_with_claim("vm", profile, "nvme", with_node_selector(device.node)))
     before = vms.running(kube, "vm", namespace)
@@ -106,9 +106,8 @@ def test_pinned_claim_gets_same_device_after_restart(kube, objects, namespace, p
 @markers.requires(Capability.GUEST_ACCESS)
 @markers.requirement("PERSIST-005")
 def test_data_written_in_guest_is_read_back_after_restart(
-    kube, objects, namespace, profile, guest
-):
-    device = pick_free_device(kube, profile)
+    kube, objects, namespace, profile, guest, free_device):
+    device = free_device()
     objects.create(pinned_claim("nvme", profile, device))
     objects.create(_vm_with_claim("vm", profile, "nvme", with_node_selector(device.node)))
     vm = vms.running(kube, "vm", namespace)
@@ -148,8 +147,10 @@ def test_unpinned_claim_reports_whether_device_changed_against_profile_promise(
 
 @markers.exclusive_devices
 @markers.requirement("PERSIST-007")
-def test_stopped_vm_device_can_be_taken_by_another_vm(kube, objects, namespace, profile):
-    device = pick_free_device(kube, profile)
+def test_stopped_vm_device_can_be_taken_by_another_vm(
+    kube, objects, namespace, profile, free_device
+):
+    device = free_device()
     objects.create(pinned_claim("a", profile, device))
     objects.create(_vm_with_claim("vm-a", profile, "a", with_node_selector(device.node)))
     vms.running(kube, "vm-a", namespace)
@@ -165,9 +166,8 @@ def test_stopped_vm_device_can_be_taken_by_another_vm(kube, objects, namespace, 
 @markers.exclusive_devices
 @markers.requirement("PERSIST-008")
 def test_pinned_vm_waits_while_its_device_is_held_and_starts_after_release(
-    kube, objects, namespace, profile
-):
-    device = pick_free_device(kube, profile)
+    kube, objects, namespace, profile, free_device):
+    device = free_device()
     objects.create(pinned_claim("a", profile, device))
     objects.create(_vm_with_claim("vm-a", profile, "a", with_node_selector(device.node),
                                   vm_options=(with_run_strategy("Halted"),)))

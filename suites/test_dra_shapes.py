@@ -21,7 +21,7 @@ from fixtures.builders.resourceclaim import (
 )
 from fixtures.builders.resourceclaimtemplate import new_resource_claim_template
 from fixtures.builders.vmi import with_claim_reference, with_claim_template
-from fixtures.claims import REQUEST, free_devices, pick_free_device, plain_claim
+from fixtures.claims import REQUEST, free_devices, plain_claim
 from fixtures.devices import PCI_BUS_ID, allocated_devices
 from fixtures.dra_checks import Reach, VmDevice, check_every_level
 from fixtures.launcher import metadata_dir, read_metadata_files
@@ -47,7 +47,7 @@ def _vm(name, profile, entries, devices):
         vms.dra_device(profile, d.name, d.entry, d.request) for d in devices))
 
 
-@markers.exclusive_devices
+@markers.devices(2)
 @markers.requirement("SHAPE-001")
 def test_vms_sharing_one_claim_template_each_get_a_claim_and_device_of_their_own(
     kube, objects, namespace, profile, reach
@@ -66,7 +66,7 @@ def test_vms_sharing_one_claim_template_each_get_a_claim_and_device_of_their_own
         f"both VMs were given one device: {got[0]}")
 
 
-@markers.exclusive_devices
+@markers.devices(2)
 @markers.requirement("SHAPE-002")
 def test_vms_each_with_a_precreated_claim_get_their_own_device(
     kube, objects, namespace, profile, reach
@@ -87,12 +87,11 @@ def test_vms_each_with_a_precreated_claim_get_their_own_device(
 @pytest.mark.parametrize("selected_by", ["driver-attribute", "pciBusID"])
 @markers.requirement("SHAPE-003")
 def test_cel_selector_allocates_the_selected_device_to_the_vm(
-    kube, objects, namespace, profile, reach, selected_by
-):
+    kube, objects, namespace, profile, reach, selected_by, free_device):
     """Mirrors KubeVirt's "should allocate a vfio-gpu device matching the vendorID" (a
     driver attribute: here the profile's identity attribute) and "... matching the
     standardized pciBusId attribute"."""
-    chosen = pick_free_device(kube, profile)
+    chosen = free_device()
     attribute = profile.identity_attribute if selected_by == "driver-attribute" else PCI_BUS_ID
     value = str(chosen.attributes[attribute])
     objects.create(new_resource_claim(
@@ -128,7 +127,7 @@ def test_match_attribute_across_two_requests_gives_the_vm_two_matching_devices(
     assert got["nvme-a"][attribute] == got["nvme-b"][attribute], (attribute, got)
 
 
-@markers.exclusive_devices
+@markers.devices(2)
 @markers.requires(Capability.TWO_DEVICES_PER_NODE)
 @markers.requirement("SHAPE-005")
 def test_each_request_of_one_claim_reaches_the_vm_as_its_own_device(
@@ -147,7 +146,7 @@ def test_each_request_of_one_claim_reaches_the_vm_as_its_own_device(
     assert got["nvme-a"][PCI_BUS_ID] != got["nvme-b"][PCI_BUS_ID], got
 
 
-@markers.exclusive_devices
+@markers.devices(2)
 @markers.requires(Capability.TWO_DEVICES_PER_NODE)
 @markers.requirement("SHAPE-006")
 def test_two_claims_in_one_vm_each_reach_the_vm(kube, objects, namespace, profile, reach):
@@ -190,7 +189,7 @@ def test_a_first_available_request_reaches_the_vm(kube, objects, namespace, prof
         assert names == [f"{REQUEST}/first"], f"the metadata names the request {names}"
 
 
-@markers.exclusive_devices
+@markers.devices(2)
 @markers.requires(Capability.TWO_DEVICES_PER_NODE)
 @markers.requirement("SHAPE-008")
 def test_a_request_for_two_devices_named_once_is_refused_with_kubevirts_reason(
@@ -213,7 +212,7 @@ def test_a_request_for_two_devices_named_once_is_refused_with_kubevirts_reason(
 
 
 @markers.across_device_kinds
-@markers.exclusive_devices
+@markers.devices(2)
 @markers.requires(Capability.TWO_DEVICES_PER_NODE)
 @markers.requirement("SHAPE-009")
 def test_one_claim_serves_a_gpu_and_a_host_device_of_one_vm(

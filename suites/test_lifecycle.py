@@ -9,7 +9,7 @@ from core import waits
 from core.timeouts import Timeout
 from fixtures import markers, vms
 from fixtures.builders.vmi import with_claim_reference, with_node_selector
-from fixtures.claims import REQUEST, pick_free_device, pinned_claim, plain_claim
+from fixtures.claims import REQUEST, pinned_claim, plain_claim
 from fixtures.devices import allocated_devices
 
 pytestmark = [markers.lifecycle, markers.requires_running_vms, markers.dra_launcher,
@@ -26,9 +26,8 @@ def _vm(name, profile, claim, node):
 
 @markers.requirement("LIFE-001")
 def test_deleting_a_vm_deallocates_its_claim_and_the_device_is_reusable(
-    kube, objects, namespace, profile
-):
-    device = pick_free_device(kube, profile)
+    kube, objects, namespace, profile, free_device):
+    device = free_device()
     objects.create(pinned_claim("first", profile, device))
     objects.create(_vm("vm-1", profile, "first", device.node))
     vms.running(kube, "vm-1", namespace)
@@ -45,9 +44,8 @@ def test_deleting_a_vm_deallocates_its_claim_and_the_device_is_reusable(
 @markers.slow
 @markers.requirement("LIFE-002")
 def test_five_fast_stop_start_cycles_leak_no_claim_or_reservation(
-    kube, objects, namespace, profile
-):
-    device = pick_free_device(kube, profile)
+    kube, objects, namespace, profile, free_device):
+    device = free_device()
     objects.create(pinned_claim("nvme", profile, device))
     objects.create(_vm("vm", profile, "nvme", device.node))
     claims_before = {c["metadata"]["name"] for c in kube.list("ResourceClaim", namespace)}

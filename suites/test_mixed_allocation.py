@@ -19,7 +19,7 @@ from fixtures.builders.vmi import (
     with_device,
     with_node_selector,
 )
-from fixtures.claims import REQUEST, free_devices, pick_free_device, plain_claim
+from fixtures.claims import REQUEST, free_devices, plain_claim
 from fixtures.devices import PCI_BUS_ID, claim_device_attributes
 from fixtures.kubevirt_config import changed_configuration, with_permitted_pci_host_device
 from fixtures.launcher import (
@@ -59,8 +59,10 @@ def _hostdev_addresses(kube, vm):
 @markers.dra_launcher
 @markers.vm_running
 @markers.requirement("MIXED-001")
-def test_device_plugin_vm_and_dra_vm_run_on_same_node(kube, objects, namespace, profile):
-    device = pick_free_device(kube, profile)
+def test_device_plugin_vm_and_dra_vm_run_on_same_node(
+    kube, objects, namespace, profile, free_device
+):
+    device = free_device()
     objects.create(_dp_vm("dp-vm", profile, with_node_selector(device.node)))
     objects.create(plain_claim("nvme", profile))
     objects.create(_dra_vm("dra-vm", profile, "nvme", with_node_selector(device.node)))
@@ -140,8 +142,10 @@ def _device_plugin_capacity(kube, node, resource):
 @markers.vm_running
 @markers.exclusive_devices
 @markers.requirement("MIXED-005")
-def test_exhausting_device_plugin_pool_does_not_block_dra(kube, objects, namespace, profile):
-    device = pick_free_device(kube, profile)
+def test_exhausting_device_plugin_pool_does_not_block_dra(
+    kube, objects, namespace, profile, free_device
+):
+    device = free_device()
     capacity = _device_plugin_capacity(kube, device.node, profile.device_plugin_resource)
     for i in range(capacity):
         objects.create(_dp_vm(f"dp-{i}", profile, with_node_selector(device.node)))
@@ -156,8 +160,10 @@ def test_exhausting_device_plugin_pool_does_not_block_dra(kube, objects, namespa
 @markers.vm_running
 @markers.exclusive_devices
 @markers.requirement("MIXED-006")
-def test_exhausting_dra_pool_does_not_block_device_plugin(kube, objects, namespace, profile):
-    node = pick_free_device(kube, profile).node
+def test_exhausting_dra_pool_does_not_block_device_plugin(
+    kube, objects, namespace, profile, free_device
+):
+    node = free_device().node
     free = [d for d in free_devices(kube, profile) if d.node == node]
     for i, _ in enumerate(free):
         objects.create(plain_claim(f"nvme-{i}", profile))

@@ -21,7 +21,7 @@ from fixtures.builders.pod import (
 )
 from fixtures.builders.resourceclaim import with_request
 from fixtures.builders.resourceclaimtemplate import new_resource_claim_template
-from fixtures.claims import REQUEST, pick_free_device, pinned_claim, plain_claim
+from fixtures.claims import REQUEST, pinned_claim, plain_claim
 from fixtures.device_nodes import check_container_device_nodes
 from fixtures.devices import (
     PCI_BUS_ID,
@@ -92,8 +92,8 @@ def test_precreated_claim_outlives_its_pod_and_is_deallocated_when_unreserved(
 
 
 @markers.requirement("POD-004")
-def test_pinned_claim_gets_the_same_device_back(kube, objects, namespace, profile):
-    device = pick_free_device(kube, profile)
+def test_pinned_claim_gets_the_same_device_back(kube, objects, namespace, profile, free_device):
+    device = free_device()
     objects.create(pinned_claim("c", profile, device))
     for attempt in ("first", "second"):
         objects.create(_pod(attempt, profile, "c", with_pod_node_selector(device.node)))
