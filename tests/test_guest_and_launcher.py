@@ -1,3 +1,4 @@
+import json
 import subprocess
 
 import pytest
@@ -129,11 +130,24 @@ def test_host_device_diagnostics_show_the_function_and_what_is_prepared_for_the_
     assert '{"Entries": ["uid-1"]}' in view
 
 
-def test_hostdev_elements_are_the_domain_xml_parts_as_libvirt_wrote_them():
-    elements = hostdev_elements(DOMAIN_XML)
-    assert len(elements) == 2
-    assert elements[0].startswith("<hostdev mode='subsystem' type='pci' managed='no'>")
-    assert elements[0].endswith("</hostdev>") and "dra-hostdevice-nvme" in elements[0]
+def test_hostdev_elements_are_the_domains_hostdevs_each_whole():
+    import xml.etree.ElementTree as ET
+
+    elements = [ET.fromstring(e) for e in hostdev_elements(DOMAIN_XML)]
+    assert [e.tag for e in elements] == ["hostdev", "hostdev"]
+    assert elements[0].find("alias").get("name") == "ua-dra-hostdevice-nvme"
+    assert elements[0].find("source/address").get("slot") == "0x05"
+
+
+def test_hostdev_sources_read_elements_whatever_the_attribute_order_and_skip_other_types():
+    xml = """<domain><devices>
+      <hostdev type='pci' mode='subsystem'><alias name='ua-a'/>
+        <source><address function="0x1" slot="0x1f" bus="0x0a" domain="0x0001"/></source>
+      </hostdev>
+      <hostdev mode='subsystem' type='mdev'><alias name='ua-b'/>
+        <source><address uuid='0b2e-41'/></source></hostdev>
+    </devices></domain>"""
+    assert hostdev_sources(xml) == {"ua-a": "0001:0a:1f.1"}
 
 
 class RecordingKube:
@@ -237,3 +251,36 @@ def test_a_sync_failure_reads_as_virt_launcher_wrote_it():
     assert message is not None and 'request "dev" has 2 devices' in message
     assert vms.unsynchronized_message({"status": {"conditions": [
         {"type": "Synchronized", "status": "True"}]}}) is None
+
+
+class FolderKube:
+    """``ls -1`` and ``cat`` in a launcher whose folders are a dict; a missing folder
+    answers as ls does."""
+
+    def __init__(self, tree):
+        self.tree = tree
+        self.commands = []
+
+    def exec(self, name, namespace, container, command):
+        self.commands.append(command)
+        if command[:2] == ["ls", "-1"]:
+            folder = command[2]
+            if folder not in self.tree:
+                return f"ls: cannot access '{folder}': No such file or directory\n"
+            return "".join(f"{child}\n" for child in self.tree[folder])
+        return json.dumps({"apiVersion": "metadata.resource.k8s.io/v1alpha1",
+                           "path": command[1]})
+
+
+def test_metadata_files_are_listed_without_a_shell_any_folder_segment_included():
+    from fixtures.launcher import read_metadata_files
+
+    root = "/var/run/dra-device-attributes"
+    kube = FolderKube({"/": ["var"], "/var": ["run"], "/var/run": ["dra-device-attributes"],
+                       root: ["vm-nvme-x1", "other"], f"{root}/vm-nvme-x1": ["g"],
+                       f"{root}/vm-nvme-x1/g": ["nvme.example.com-metadata.json", "tmp"],
+                       f"{root}/other": []})
+    pod = {"metadata": {"name": "launcher", "namespace": "ns"}}
+    documents = read_metadata_files(kube, pod, f"{root}/*/g")
+    assert [d["path"] for d in documents] == [f"{root}/vm-nvme-x1/g/nvme.example.com-metadata.json"]
+    assert all(c[0] != "sh" for c in kube.commands)  # no path went through a shell
