@@ -18,9 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes.client.rest import ApiException
-from urllib3.exceptions import HTTPError
-
+from core import retry
 from core.kube import Kube
 from core.timeouts import Timeout, WaitFailed, WaitTimeout
 
@@ -40,59 +38,85 @@ Obj = dict[str, Any] | None
 Condition = Callable[[Obj], Verdict]
 
 
+class _NotYet(Exception):
+    """An attempt that saw the condition not hold (yet): tried again until the deadline."""
+
+
+class _WatchEnded(_NotYet):
+    """A watch window closed with the condition still unmet: list again at once."""
+
+
+def _retry_waiting(err: BaseException) -> bool:
+    return isinstance(err, _NotYet) or retry.is_transient(err)
+
+
+def _ran_out(timeout: Timeout, what: str, err: BaseException, detail: str) -> WaitTimeout:
+    """The timeout, with the last real error when the last attempt met one."""
+    error = "" if isinstance(err, _NotYet) else f"; last error: {retry.describe(err)}"
+    return WaitTimeout(f"{timeout.name} ({timeout.seconds:.0f}s) ran out waiting for "
+                       f"{what}{detail}{error}")
+
+
 def wait_for(kube: Kube, kind: str, name: str, namespace: str | None, condition: Condition,
-             timeout: Timeout, what: str, recheck: float | None = None) -> Obj:
+             timeout: Timeout, what: str, recheck: float | None = None,
+             deadline: float | None = None) -> Obj:
     """Wait until ``condition(obj)`` holds (``obj`` is None while the object is absent).
     ``recheck``: the longest a watch stays open before the object is listed and tested
-    again, for a condition that also depends on time or on other objects."""
-    deadline = time.monotonic() + timeout.seconds
+    again, for a condition that also depends on time or on other objects. ``deadline``
+    (``time.monotonic()``): one end shared by several waits, instead of ``timeout`` from
+    now. A dropped watch or a transient API error lists again; any other error (a 403,
+    an unserved kind) ends the wait at once with that error."""
+    deadline = deadline if deadline is not None else time.monotonic() + timeout.seconds
     field_selector = f"metadata.name={name}"
     ref = f"{kind} {namespace + '/' if namespace else ''}{name}"
-    last: Obj = None
+    last: list[Obj] = [None]
 
     def settled(obj: Obj) -> bool:
+        last[0] = obj
         verdict = condition(obj)
         if isinstance(verdict, Stop):
             raise WaitFailed(f"{what} cannot happen: {verdict.reason} ({ref}); last state: "
                              f"{summary(obj)}")
         return verdict
 
-    while True:
+    def attempt() -> Obj:
+        items, version = kube.list_with_version(kind, namespace, field_selector)
+        if settled(items[0] if items else None):
+            return last[0]
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise WaitTimeout(f"{timeout.name} ({timeout.seconds:.0f}s) ran out waiting for "
-                              f"{what} ({ref}); last state: {summary(last)}")
-        try:
-            items, version = kube.list_with_version(kind, namespace, field_selector)
-            last = items[0] if items else None
-            if settled(last):
-                return last
-            window = min(remaining, recheck) if recheck else remaining
-            for event in kube.watch_stream(kind, namespace, field_selector, version,
-                                           max(1, int(window))):
-                last = None if event["type"] == "DELETED" else event["object"]
-                if settled(last):
-                    return last
-        except (HTTPError, ApiException):
-            # A dropped watch or a failed list: reopen after a pause, never in a tight loop.
-            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        window = min(remaining, recheck) if recheck else remaining
+        for event in kube.watch_stream(kind, namespace, field_selector, version,
+                                       max(1, int(window))):
+            if settled(None if event["type"] == "DELETED" else event["object"]):
+                return last[0]
+        raise _WatchEnded()
+
+    try:
+        return retry.until(deadline, _retry_waiting,
+                           at_once=lambda err: isinstance(err, _WatchEnded))(attempt)
+    except Exception as err:
+        if _retry_waiting(err):  # still not there, or still failing, at the deadline
+            raise _ran_out(timeout, what, err, f" ({ref}); last state: {summary(last[0])}") \
+                from None
+        raise
 
 
 def poll(condition: Callable[[], Verdict], timeout: Timeout, what: str) -> None:
-    """Test ``condition`` with backoff (0.1 s doubling to 3 s) until it holds."""
-    deadline = time.monotonic() + timeout.seconds
-    delay = 0.1
-    while True:
+    """Test ``condition`` with backoff (0.1 s doubling to 3 s) until it holds; a
+    transient API error is tried again, any other error ends the poll with it."""
+    def attempt() -> None:
         verdict = condition()
         if isinstance(verdict, Stop):
             raise WaitFailed(f"{what} cannot happen: {verdict.reason}")
-        if verdict:
-            return
-        if time.monotonic() + delay > deadline:
-            raise WaitTimeout(
-                f"{timeout.name} ({timeout.seconds:.0f}s) ran out waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 2, 3.0)
+        if not verdict:
+            raise _NotYet()
+
+    try:
+        retry.until(time.monotonic() + timeout.seconds, _retry_waiting)(attempt)
+    except Exception as err:
+        if _retry_waiting(err):
+            raise _ran_out(timeout, what, err, "") from None
+        raise
 
 
 def summary(obj: Obj) -> str:

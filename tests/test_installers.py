@@ -36,3 +36,23 @@ def test_daemonset_rollout_needs_every_pod_updated_and_ready():
     assert not daemonset_rolled_out({"metadata": {"generation": 3}, "status": {
         "observedGeneration": 2, "desiredNumberScheduled": 1, "updatedNumberScheduled": 1,
         "numberReady": 1}})
+
+
+def test_a_500_while_an_install_applies_a_manifest_is_tried_again(monkeypatch):
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from core.kube import Kube
+
+    kube = Kube(client.ApiClient(), "run1")
+    answers = [ApiException(status=500, reason="Internal Server Error"), {"kind": "Namespace"}]
+
+    def raw(method, path, body=None, content_type="application/json"):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(kube, "raw", raw)
+    doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kdc-x"}}
+    assert kube.apply(doc) == {"kind": "Namespace"} and answers == []

@@ -185,3 +185,70 @@ def test_a_launcher_that_cannot_start_the_domain_ends_the_wait_with_its_reason()
     assert isinstance(stop, waits.Stop)
     assert 'request "dev" not found in metadata' in stop.reason
     assert "#17858" not in stop.reason  # not blamed on the status-update bug
+
+
+class FailingApi(WatchedObject):
+    """A fake API whose lists fail with ``errors`` in turn, then answer ``state``."""
+
+    def __init__(self, errors, state):
+        super().__init__(state)
+        self.errors = list(errors)
+
+    def list_with_version(self, kind, namespace, field_selector):
+        if self.errors:
+            raise self.errors.pop(0)
+        return super().list_with_version(kind, namespace, field_selector)
+
+
+def api_error(status, headers=None):
+    from kubernetes.client.rest import ApiException
+
+    err = ApiException(status=status, reason={403: "Forbidden", 500: "Internal Server Error",
+                                              429: "Too Many Requests"}[status])
+    err.headers = headers or {}
+    return err
+
+
+def test_a_403_during_a_wait_fails_at_once_naming_the_403():
+    from kubernetes.client.rest import ApiException
+
+    api = FailingApi([api_error(403)], {"metadata": {"name": "x"}})
+    start = time.monotonic()
+    with pytest.raises(ApiException) as err:
+        waits.wait_for(api, "Pod", "x", "ns", lambda o: o is not None,
+                       Timeout.POD_RUNNING, "the pod")
+    assert err.value.status == 403 and time.monotonic() - start < 1
+
+
+def test_transient_errors_during_a_wait_are_tried_again_a_429_after_its_retry_after():
+    api = FailingApi([api_error(500), api_error(429, {"Retry-After": "0.2"})],
+                     {"metadata": {"name": "x"}})
+    start = time.monotonic()
+    got = waits.wait_for(api, "Pod", "x", "ns", lambda o: o is not None,
+                         Timeout.POD_RUNNING, "the pod")
+    assert got == {"metadata": {"name": "x"}}
+    assert time.monotonic() - start >= 0.2  # the server's Retry-After was honoured
+
+
+def test_a_wait_that_runs_out_while_the_api_fails_names_the_last_error(monkeypatch):
+    monkeypatch.setenv("KDC_TIMEOUT_SCALE", "0.001")
+    api = FailingApi([api_error(500)] * 1000, None)
+    with pytest.raises(WaitTimeout, match="last error: API error 500 Internal Server Error"):
+        waits.wait_for(api, "Pod", "x", "ns", lambda o: o is not None,
+                       Timeout.POD_RUNNING, "the pod")
+
+
+def test_a_poll_tries_a_transient_error_again_and_stops_at_any_other():
+    from kubernetes.client.rest import ApiException
+
+    answers = [api_error(500), True]
+
+    def condition():
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    waits.poll(condition, Timeout.POD_RUNNING, "the thing")
+    with pytest.raises(ApiException, match="Forbidden"):
+        waits.poll(lambda: (_ for _ in ()).throw(api_error(403)), Timeout.POD_RUNNING, "x")
