@@ -13,7 +13,6 @@ class Timeout(Enum):
     # Pods and claims
     POD_RUNNING = ("a pod runs", 180)
     POD_DELETED = ("a pod is gone", 120)
-    POD_LOG_LINE = ("a pod prints an expected line", 60)
     CLAIM_ALLOCATED = ("the scheduler allocates a claim", 120)
     CLAIM_DEALLOCATED = ("a claim loses its allocation and reservations", 120)
     CLAIM_DELETED = ("a claim is gone", 120)

@@ -191,11 +191,6 @@ def pod_finished(obj: Obj) -> Verdict:
     return Stop(failure) if failure else False
 
 
-def pod_ready(obj: Obj) -> Verdict:
-    running = pod_running(obj)
-    return has_condition(obj, "Ready") if running is True else running
-
-
 def claim_allocated(obj: Obj) -> bool:
     return obj is not None and bool((obj.get("status") or {}).get("allocation"))
 
@@ -301,33 +296,33 @@ def wait_present(kube: Kube, kind: str, name: str, namespace: str, condition: Co
     return obj
 
 
-def pod_is_running(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
+def wait_until_pod_running(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
     return wait_present(kube, "Pod", name, namespace, pod_running, Timeout.POD_RUNNING,
                         "pod Running")
 
 
-def claim_is_allocated(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
+def wait_until_claim_allocated(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
     return wait_present(kube, "ResourceClaim", name, namespace, claim_allocated,
                         Timeout.CLAIM_ALLOCATED, "claim allocation")
 
 
-def claim_is_deallocated(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
+def wait_until_claim_deallocated(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
     return wait_present(kube, "ResourceClaim", name, namespace, claim_deallocated,
                         Timeout.CLAIM_DEALLOCATED,
                         "claim deallocation (no allocation, no reservation)")
 
 
-def vm_is_ready(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
+def wait_until_vm_ready(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
     return wait_present(kube, "VirtualMachine", name, namespace, vm_ready, Timeout.VM_START,
                         "VM ready")
 
 
-def vm_is_stopped(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
+def wait_until_vm_stopped(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
     return wait_present(kube, "VirtualMachine", name, namespace, vm_stopped,
                         Timeout.VM_STOP, "VM Stopped")
 
 
-def vmi_is_running(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
+def wait_until_vmi_running(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
     """The VMI Running; one whose guest runs but is never reported stops the wait."""
     def reported_running(vmi: Obj) -> Verdict:
         return vmi_running(vmi) or unreported_guest(kube, vmi) or False
@@ -347,13 +342,6 @@ DELETION_TIMEOUTS = {
 }
 
 
-def is_gone(kube: Kube, kind: str, name: str, namespace: str) -> None:
+def wait_until_gone(kube: Kube, kind: str, name: str, namespace: str) -> None:
     """Wait until a deleted object is gone, with its kind's named timeout."""
     wait_for(kube, kind, name, namespace, is_absent, DELETION_TIMEOUTS[kind], f"{kind} deletion")
-
-
-def wait_for_log(kube: Kube, pod: str, namespace: str, marker: str) -> str:
-    """The pod's log once it contains ``marker`` (container output is asynchronous)."""
-    poll(lambda: marker in kube.logs(pod, namespace), Timeout.POD_LOG_LINE,
-         f"pod {namespace}/{pod} to print {marker!r}")
-    return kube.logs(pod, namespace)

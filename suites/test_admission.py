@@ -127,8 +127,8 @@ def _scheduling_failure(kube, namespace):
 
 def _assert_nothing_leaks(kube, namespace, claim):
     kube.delete("VirtualMachine", "vm", namespace)
-    waits.is_gone(kube, "VirtualMachineInstance", "vm", namespace)
-    left = waits.claim_is_deallocated(kube, claim, namespace)
+    waits.wait_until_gone(kube, "VirtualMachineInstance", "vm", namespace)
+    left = waits.wait_until_claim_deallocated(kube, claim, namespace)
     assert not allocated_devices(left)
 
 
@@ -205,7 +205,7 @@ def test_dra_host_devices_are_rejected_while_the_host_devices_gate_is_off(
                 return True
             raise
         kube.delete("VirtualMachine", "vm-gate-off", objects.namespace)
-        waits.is_gone(kube, "VirtualMachine", "vm-gate-off", objects.namespace)
+        waits.wait_until_gone(kube, "VirtualMachine", "vm-gate-off", objects.namespace)
         return False
 
     with changed_configuration(kube, without_feature_gate("HostDevices")):

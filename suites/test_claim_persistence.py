@@ -44,7 +44,7 @@ def test_precreated_claim_survives_vm_cycle(kube, objects, namespace, profile, c
         assert not (stopped.get("status") or {}).get("reservedFor"), "stopped VM still reserves"
         vms.start(kube, "vm", namespace)
     vms.running(kube, "vm", namespace)
-    after = waits.claim_is_allocated(kube, "nvme", namespace)
+    after = waits.wait_until_claim_allocated(kube, "nvme", namespace)
     assert after["metadata"]["uid"] == claim["metadata"]["uid"]
 
 
@@ -54,8 +54,8 @@ def test_precreated_claim_survives_vm_deletion(kube, objects, namespace, profile
     objects.create(_vm_with_claim("vm", profile, "nvme"))
     vms.running(kube, "vm", namespace)
     kube.delete("VirtualMachine", "vm", namespace)
-    waits.is_gone(kube, "VirtualMachineInstance", "vm", namespace)
-    after = waits.claim_is_deallocated(kube, "nvme", namespace)
+    waits.wait_until_gone(kube, "VirtualMachineInstance", "vm", namespace)
+    after = waits.wait_until_claim_deallocated(kube, "nvme", namespace)
     assert after["metadata"]["uid"] == claim["metadata"]["uid"]
 
 
@@ -76,7 +76,7 @@ def test_template_claim_is_recreated_per_launcher_pod_and_deleted_with_it(
     assert owner["kind"] == "Pod" and owner["name"] == first.pod["metadata"]["name"]
     vms.restart(kube, "vm", namespace)
     second = vms.running(kube, "vm", namespace)
-    waits.is_gone(kube, "ResourceClaim", first_claim, namespace)
+    waits.wait_until_gone(kube, "ResourceClaim", first_claim, namespace)
     second_claim = vms.pod_claim_names(second.pod)["nvme"]
     assert kube.get("ResourceClaim", second_claim, namespace)["metadata"]["uid"] != first_uid
 
@@ -129,11 +129,11 @@ def test_unpinned_claim_reports_whether_device_changed_against_profile_promise(
     objects.create(plain_claim("nvme", profile))
     objects.create(_vm_with_claim("vm", profile, "nvme"))
     vms.running(kube, "vm", namespace)
-    before = allocated_devices(waits.claim_is_allocated(kube, "nvme", namespace))
+    before = allocated_devices(waits.wait_until_claim_allocated(kube, "nvme", namespace))
     vms.stop(kube, "vm", namespace)
     vms.start(kube, "vm", namespace)
     vms.running(kube, "vm", namespace)
-    after = allocated_devices(waits.claim_is_allocated(kube, "nvme", namespace))
+    after = allocated_devices(waits.wait_until_claim_allocated(kube, "nvme", namespace))
     changed = [d.key for d in before] != [d.key for d in after]
     record_property("unpinned_device_changed", str(changed).lower())
     if profile.same_device_unpinned == "yes":
@@ -155,11 +155,11 @@ def test_stopped_vm_device_can_be_taken_by_another_vm(
     objects.create(_vm_with_claim("vm-a", profile, "a", with_node_selector(device.node)))
     vms.running(kube, "vm-a", namespace)
     vms.stop(kube, "vm-a", namespace)
-    waits.claim_is_deallocated(kube, "a", namespace)
+    waits.wait_until_claim_deallocated(kube, "a", namespace)
     objects.create(pinned_claim("b", profile, device))
     objects.create(_vm_with_claim("vm-b", profile, "b", with_node_selector(device.node)))
     vms.running(kube, "vm-b", namespace)
-    taken = allocated_devices(waits.claim_is_allocated(kube, "b", namespace))
+    taken = allocated_devices(waits.wait_until_claim_allocated(kube, "b", namespace))
     assert [d.device for d in taken] == [device.name]
 
 
@@ -185,7 +185,7 @@ def test_pinned_vm_waits_while_its_device_is_held_and_starts_after_release(
     assert "claim" in reason.get("message", "").lower(), reason
     vms.stop(kube, "vm-b", namespace)
     vm_a = vms.running(kube, "vm-a", namespace)
-    attrs = claim_device_attributes(kube, waits.claim_is_allocated(kube, "a", namespace))
+    attrs = claim_device_attributes(kube, waits.wait_until_claim_allocated(kube, "a", namespace))
     assert attrs[0].get(PCI_BUS_ID) == device.attributes.get(PCI_BUS_ID)
     assert vm_a.node == device.node
 
@@ -206,7 +206,7 @@ def test_vm_owned_persistent_claim_survives_stop_and_keeps_device(
         vms.dra_device(profile, "nvme", "nvme", REQUEST),
         vm_options=(with_vm_claim_template("nvme", "nvme-tpl", persist_when_stopped=True),)))
     vms.running(kube, "vm", namespace)
-    claim = waits.claim_is_allocated(kube, "vm-nvme", namespace)
+    claim = waits.wait_until_claim_allocated(kube, "vm-nvme", namespace)
     vms.stop(kube, "vm", namespace)
     kept = kube.get("ResourceClaim", "vm-nvme", namespace)
     assert kept["metadata"]["uid"] == claim["metadata"]["uid"]

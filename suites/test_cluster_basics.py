@@ -32,7 +32,7 @@ def test_a_pod_reaches_the_api_server_through_the_kubernetes_service(
     kube, objects, namespace, profile
 ):
     objects.create(new_pod("p", profile.test_image))
-    waits.pod_is_running(kube, "p", namespace)
+    waits.wait_until_pod_running(kube, "p", namespace)
     service = kube.get("Service", "kubernetes", "default")
     env = _exec(kube, "p", namespace, "echo $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT")
     assert env.strip() == f"{service['spec']['clusterIP']}:443"
@@ -69,8 +69,8 @@ def test_a_cluster_ip_service_routes_to_a_pod_on_another_node(kube, objects, nam
                  "ports": [{"port": 80, "targetPort": 8080}]},
     })
     objects.create(new_pod("client", profile.test_image, with_pod_node_selector(client)))
-    waits.pod_is_running(kube, "server", namespace)
-    waits.pod_is_running(kube, "client", namespace)
+    waits.wait_until_pod_running(kube, "server", namespace)
+    waits.wait_until_pod_running(kube, "client", namespace)
     ip = kube.get("Service", "server", namespace)["spec"]["clusterIP"]
 
     answers: list[str] = []
@@ -93,7 +93,7 @@ def test_a_host_pid_pod_sees_only_its_own_nodes_processes(kube, objects, namespa
     pod = new_pod("p", profile.test_image)
     pod["spec"]["hostPID"] = True
     objects.create(pod)
-    node_name = waits.pod_is_running(kube, "p", namespace)["spec"]["nodeName"]
+    node_name = waits.wait_until_pod_running(kube, "p", namespace)["spec"]["nodeName"]
     node = cluster.provider.node(node_name)
     seen = _exec(kube, "p", namespace, "readlink /proc/self/ns/pid").strip()
     assert seen == node.run(["readlink", "/proc/self/ns/pid"]).strip(), \

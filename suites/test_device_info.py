@@ -38,7 +38,7 @@ def _dra_vm(objects, profile):
 
 
 def _allocated_bus_id(kube, namespace):
-    claim = waits.claim_is_allocated(kube, "nvme", namespace)
+    claim = waits.wait_until_claim_allocated(kube, "nvme", namespace)
     attrs = claim_device_attributes(kube, claim)
     assert len(attrs) == 1, attrs
     return attrs[0]
@@ -84,7 +84,7 @@ def test_launcher_vfio_nodes_are_the_nodes_own_devices(kube, objects, namespace,
     listing = [name for name in compute_exec(kube, vm.pod, ["ls", "/dev/vfio"]).split()
                if name == "vfio" or name.isdigit()]
     assert "vfio" in listing and any(name.isdigit() for name in listing), listing
-    [given] = given_devices(kube, waits.claim_is_allocated(kube, "nvme", namespace))
+    [given] = given_devices(kube, waits.wait_until_claim_allocated(kube, "nvme", namespace))
     paths = sorted({*(f"/dev/vfio/{name}" for name in listing),
                     *profile.container_edits.device_nodes_for(given)})
     check_container_device_nodes(

@@ -207,8 +207,8 @@ def test_a_request_for_two_devices_named_once_is_refused_with_kubevirts_reason(
         Timeout.VMI_RUNNING, "KubeVirt to refuse two devices for one VMI device")
     assert vmi["status"].get("phase") != "Running", vms.unsynchronized_message(vmi)
     kube.delete("VirtualMachine", "vm", namespace)
-    waits.is_gone(kube, "VirtualMachineInstance", "vm", namespace)
-    assert not allocated_devices(waits.claim_is_deallocated(kube, "pair", namespace))
+    waits.wait_until_gone(kube, "VirtualMachineInstance", "vm", namespace)
+    assert not allocated_devices(waits.wait_until_claim_deallocated(kube, "pair", namespace))
 
 
 @markers.across_device_kinds

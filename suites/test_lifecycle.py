@@ -32,12 +32,12 @@ def test_deleting_a_vm_deallocates_its_claim_and_the_device_is_reusable(
     objects.create(_vm("vm-1", profile, "first", device.node))
     vms.running(kube, "vm-1", namespace)
     kube.delete("VirtualMachine", "vm-1", namespace)
-    waits.is_gone(kube, "VirtualMachineInstance", "vm-1", namespace)
-    waits.claim_is_deallocated(kube, "first", namespace)
+    waits.wait_until_gone(kube, "VirtualMachineInstance", "vm-1", namespace)
+    waits.wait_until_claim_deallocated(kube, "first", namespace)
     objects.create(pinned_claim("second", profile, device))
     objects.create(_vm("vm-2", profile, "second", device.node))
     vms.running(kube, "vm-2", namespace)
-    got = allocated_devices(waits.claim_is_allocated(kube, "second", namespace))
+    got = allocated_devices(waits.wait_until_claim_allocated(kube, "second", namespace))
     assert [d.device for d in got] == [device.name]
 
 
@@ -54,12 +54,12 @@ def test_five_fast_stop_start_cycles_leak_no_claim_or_reservation(
         vms.stop(kube, "vm", namespace)
         vms.start(kube, "vm", namespace)
     vm = vms.running(kube, "vm", namespace)
-    claim = waits.claim_is_allocated(kube, "nvme", namespace)
+    claim = waits.wait_until_claim_allocated(kube, "nvme", namespace)
     reserved = claim["status"].get("reservedFor") or []
     assert [r["name"] for r in reserved] == [vm.pod["metadata"]["name"]], reserved
     assert {c["metadata"]["name"] for c in kube.list("ResourceClaim", namespace)} == claims_before
     vms.stop(kube, "vm", namespace)
-    waits.claim_is_deallocated(kube, "nvme", namespace)
+    waits.wait_until_claim_deallocated(kube, "nvme", namespace)
 
 
 @markers.requirement("LIFE-003")

@@ -51,8 +51,8 @@ def _reserved_by(claim):
 def test_scheduler_allocates_a_claim_from_the_driver_slices(kube, objects, namespace, profile):
     objects.create(plain_claim("c", profile))
     objects.create(_pod("p", profile, "c"))
-    waits.pod_is_running(kube, "p", namespace)
-    claim = waits.claim_is_allocated(kube, "c", namespace)
+    waits.wait_until_pod_running(kube, "p", namespace)
+    claim = waits.wait_until_claim_allocated(kube, "c", namespace)
     devices = allocated_devices(claim)
     assert [d.driver for d in devices] == [profile.driver]
     attrs = claim_device_attributes(kube, claim)
@@ -66,15 +66,15 @@ def test_template_claim_is_owned_by_its_pod_and_deleted_with_it(kube, objects, n
     objects.create(new_resource_claim_template("t", with_request(REQUEST, profile.device_class)))
     objects.create(new_pod("p", profile.test_image, with_pod_claim_template("dev", "t"),
                            with_container_claim("dev", REQUEST)))
-    pod = waits.pod_is_running(kube, "p", namespace)
+    pod = waits.wait_until_pod_running(kube, "p", namespace)
     statuses = pod["status"].get("resourceClaimStatuses") or []
     generated = next(s["resourceClaimName"] for s in statuses if s["name"] == "dev")
-    claim = waits.claim_is_allocated(kube, generated, namespace)
+    claim = waits.wait_until_claim_allocated(kube, generated, namespace)
     assert claim["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"] == "dev"
     assert claim["metadata"]["ownerReferences"][0]["name"] == "p"
     kube.delete("Pod", "p", namespace)
-    waits.is_gone(kube, "Pod", "p", namespace)
-    waits.is_gone(kube, "ResourceClaim", generated, namespace)
+    waits.wait_until_gone(kube, "Pod", "p", namespace)
+    waits.wait_until_gone(kube, "ResourceClaim", generated, namespace)
 
 
 @markers.requirement("POD-003")
@@ -83,11 +83,11 @@ def test_precreated_claim_outlives_its_pod_and_is_deallocated_when_unreserved(
 ):
     created = objects.create(plain_claim("c", profile))
     objects.create(_pod("p", profile, "c"))
-    waits.pod_is_running(kube, "p", namespace)
-    waits.claim_is_allocated(kube, "c", namespace)
+    waits.wait_until_pod_running(kube, "p", namespace)
+    waits.wait_until_claim_allocated(kube, "c", namespace)
     kube.delete("Pod", "p", namespace)
-    waits.is_gone(kube, "Pod", "p", namespace)
-    after = waits.claim_is_deallocated(kube, "c", namespace)
+    waits.wait_until_gone(kube, "Pod", "p", namespace)
+    after = waits.wait_until_claim_deallocated(kube, "c", namespace)
     assert after["metadata"]["uid"] == created["metadata"]["uid"], "the claim was re-created"
 
 
@@ -97,12 +97,12 @@ def test_pinned_claim_gets_the_same_device_back(kube, objects, namespace, profil
     objects.create(pinned_claim("c", profile, device))
     for attempt in ("first", "second"):
         objects.create(_pod(attempt, profile, "c", with_pod_node_selector(device.node)))
-        waits.pod_is_running(kube, attempt, namespace)
-        got = allocated_devices(waits.claim_is_allocated(kube, "c", namespace))
+        waits.wait_until_pod_running(kube, attempt, namespace)
+        got = allocated_devices(waits.wait_until_claim_allocated(kube, "c", namespace))
         assert [(d.pool, d.device) for d in got] == [(device.pool, device.name)], attempt
         kube.delete("Pod", attempt, namespace)
-        waits.is_gone(kube, "Pod", attempt, namespace)
-        waits.claim_is_deallocated(kube, "c", namespace)
+        waits.wait_until_gone(kube, "Pod", attempt, namespace)
+        waits.wait_until_claim_deallocated(kube, "c", namespace)
 
 
 @markers.requirement("POD-005")
@@ -118,8 +118,8 @@ def test_cdi_edits_and_metadata_reach_the_container_and_name_the_allocated_devic
     objects.create(plain_claim("c", profile))
     objects.create(_pod("p", profile, "c", with_command(
         "sh", "-c", f"{EXIT_ON_TERM}; sleep 3600 & wait")))
-    pod = waits.pod_is_running(kube, "p", namespace)
-    claim = waits.claim_is_allocated(kube, "c", namespace)
+    pod = waits.wait_until_pod_running(kube, "p", namespace)
+    claim = waits.wait_until_claim_allocated(kube, "c", namespace)
     [given] = given_devices(kube, claim)
 
     def run(script: str) -> str:
@@ -151,9 +151,9 @@ def test_prepared_device_is_bound_to_vfio_and_given_back_after_the_pod(
 ):
     objects.create(plain_claim("c", profile))
     objects.create(_pod("p", profile, "c"))
-    pod = waits.pod_is_running(kube, "p", namespace)
+    pod = waits.wait_until_pod_running(kube, "p", namespace)
     node = cluster.provider.node(pod["spec"]["nodeName"])
-    bdf = claim_device_attributes(kube, waits.claim_is_allocated(kube, "c", namespace))[0][
+    bdf = claim_device_attributes(kube, waits.wait_until_claim_allocated(kube, "c", namespace))[0][
         PCI_BUS_ID]
     link = f"{node.paths.sysfs}/bus/pci/devices/{bdf}/driver"
 
@@ -164,7 +164,7 @@ def test_prepared_device_is_bound_to_vfio_and_given_back_after_the_pod(
 
     assert bound_driver() == "vfio-pci"
     kube.delete("Pod", "p", namespace)
-    waits.is_gone(kube, "Pod", "p", namespace)
+    waits.wait_until_gone(kube, "Pod", "p", namespace)
     waits.poll(lambda: bound_driver() != "vfio-pci", Timeout.DEVICE_RELEASED,
                 f"{bdf} to leave vfio-pci after its pod")
     assert bound_driver() == "nvme", "the device must go back to its original driver"
@@ -178,8 +178,8 @@ def test_a_container_given_a_function_sees_it_in_sysfs_with_its_iommu_group(
     function must see them where the kernel shows them."""
     objects.create(plain_claim("c", profile))
     objects.create(_pod("p", profile, "c"))
-    waits.pod_is_running(kube, "p", namespace)
-    bdf = claim_device_attributes(kube, waits.claim_is_allocated(kube, "c", namespace))[0][
+    waits.wait_until_pod_running(kube, "p", namespace)
+    bdf = claim_device_attributes(kube, waits.wait_until_claim_allocated(kube, "c", namespace))[0][
         PCI_BUS_ID]
     entry = f"/sys/bus/pci/devices/{bdf}"
     out = kube.exec("p", namespace, "ctr", ["sh", "-c",

@@ -37,7 +37,7 @@ def test_stop_and_start_bring_the_vm_back(kube, objects, namespace, profile, gue
     objects.create(vms.guest_vm("vm", profile))
     first = vms.running(kube, "vm", namespace)
     vms.stop(kube, "vm", namespace)
-    waits.is_gone(kube, "Pod", first.pod["metadata"]["name"], namespace)
+    waits.wait_until_gone(kube, "Pod", first.pod["metadata"]["name"], namespace)
     vms.start(kube, "vm", namespace)
     vm = vms.running(kube, "vm", namespace)
     assert vm.vmi["metadata"]["uid"] != first.vmi["metadata"]["uid"]
@@ -49,7 +49,7 @@ def test_deleting_a_vm_leaves_nothing_behind(kube, objects, namespace, profile):
     objects.create(vms.guest_vm("vm", profile))
     vm = vms.running(kube, "vm", namespace)
     kube.delete("VirtualMachine", "vm", namespace)
-    waits.is_gone(kube, "VirtualMachineInstance", "vm", namespace)
-    waits.is_gone(kube, "Pod", vm.pod["metadata"]["name"], namespace)
+    waits.wait_until_gone(kube, "VirtualMachineInstance", "vm", namespace)
+    waits.wait_until_gone(kube, "Pod", vm.pod["metadata"]["name"], namespace)
     left = [p["metadata"]["name"] for p in kube.list("Pod", namespace)]
     assert left == [], f"pods left behind by the deleted VM: {left}"

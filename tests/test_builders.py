@@ -1,8 +1,6 @@
 """Builders produce exactly the manifests the facts file describes (resource.k8s.io/v1
 ``requests[].exactly``; VEP-10 VMI fields)."""
 
-from fixtures.builders import in_namespace, with_label
-from fixtures.builders.deviceclass import driver_selector, new_device_class, with_class_cel_selector
 from fixtures.builders.pod import (
     new_pod,
     with_container_claim,
@@ -29,24 +27,15 @@ from fixtures.builders.vmi import (
 )
 
 
-def test_device_class_selects_its_driver_by_cel():
-    assert new_device_class("nvme.example.com",
-                            with_class_cel_selector(driver_selector("nvme.example.com"))) == {
-        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-        "metadata": {"name": "nvme.example.com"},
-        "spec": {"selectors": [{"cel": {"expression": 'device.driver == "nvme.example.com"'}}]},
-    }
-
-
 def test_resource_claim_uses_the_v1_exactly_shape_and_a_pinning_selector():
     claim = new_resource_claim(
-        "nvme", in_namespace("ns"), with_label("a", "b"),
+        "nvme",
         with_request("dev", "nvme-passthrough.example.com"),
         with_request_cel_selector("dev", attribute_equals("nvme.example.com/serial", "nvme-1")),
     )
     assert claim == {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-        "metadata": {"name": "nvme", "namespace": "ns", "labels": {"a": "b"}},
+        "metadata": {"name": "nvme"},
         "spec": {"devices": {"requests": [{
             "name": "dev",
             "exactly": {

@@ -48,7 +48,7 @@ def test_a_vmi_that_turns_failed_ends_the_wait_at_once_with_its_reason():
     api = WatchedObject(vmi("Scheduling"), vmi("Scheduled"), failed)
     start = time.monotonic()
     with pytest.raises(WaitFailed, match=r"VMI Failed.*launcher exited: no such device"):
-        waits.vmi_is_running(api, "vm", "ns")
+        waits.wait_until_vmi_running(api, "vm", "ns")
     assert time.monotonic() - start < 1 and api.lists == 1
 
 
@@ -61,15 +61,15 @@ def test_a_vmi_that_turns_failed_ends_the_wait_at_once_with_its_reason():
 def test_a_terminal_pod_state_ends_a_pod_wait(state, reason):
     api = WatchedObject(pod("Pending"), state)
     with pytest.raises(WaitFailed, match=reason):
-        waits.pod_is_running(api, "p", "ns")
+        waits.wait_until_pod_running(api, "p", "ns")
 
 
 def test_a_wait_that_is_met_returns_the_object_and_one_that_is_not_names_its_timeout(
         monkeypatch):
-    assert waits.pod_is_running(WatchedObject(pod("Pending"), pod("Running")), "p", "ns")
+    assert waits.wait_until_pod_running(WatchedObject(pod("Pending"), pod("Running")), "p", "ns")
     monkeypatch.setenv("KDC_TIMEOUT_SCALE", "0.01")
     with pytest.raises(WaitTimeout, match=r"POD_RUNNING \(2s\).*last state: .*Pending"):
-        waits.pod_is_running(WatchedObject(pod("Pending")), "p", "ns")
+        waits.wait_until_pod_running(WatchedObject(pod("Pending")), "p", "ns")
 
 
 def test_vm_that_cannot_start_and_a_restart_condition():
@@ -89,10 +89,10 @@ def test_vm_that_cannot_start_and_a_restart_condition():
 
 def test_poll_ends_on_stop_and_names_its_timeout(monkeypatch):
     with pytest.raises(WaitFailed, match="the thing cannot happen: gone"):
-        waits.poll(lambda: waits.Stop("gone"), Timeout.POD_LOG_LINE, "the thing")
+        waits.poll(lambda: waits.Stop("gone"), Timeout.POD_RUNNING, "the thing")
     monkeypatch.setenv("KDC_TIMEOUT_SCALE", "0.001")
-    with pytest.raises(WaitTimeout, match="POD_LOG_LINE"):
-        waits.poll(lambda: False, Timeout.POD_LOG_LINE, "the thing")
+    with pytest.raises(WaitTimeout, match="POD_RUNNING"):
+        waits.poll(lambda: False, Timeout.POD_RUNNING, "the thing")
 
 
 def test_a_crash_looping_driver_pod_is_not_a_rollout():
