@@ -20,7 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kubernetes.client.rest import ApiException  # noqa: E402
+from urllib3.exceptions import HTTPError  # noqa: E402
+
 from core.kube import RUN_ID_LABEL, Kube, load_api_client  # noqa: E402
+from core.retry import is_transient  # noqa: E402
 from fixtures.cleanup import objects_of_run  # noqa: E402
 from kubevirtci.local.cluster import LocalCluster  # noqa: E402
 from reports.bundle import FACTS  # noqa: E402
@@ -29,11 +33,21 @@ OUTPUT = ROOT / "_output" / "interruption"
 TEST = "test_guest_lists_device_with_allocated_serial and hostDevice"
 VM_APPEARS_TIMEOUT = 30 * 60  # seconds: the first run may build and deploy KubeVirt
 EXIT_TIMEOUT = 180  # seconds from SIGTERM to the process's exit, cleanup included
+NOT_FOUND = 404
 
 
 def first_vmi(kube: Kube, run_id: str) -> str | None:
-    for vmi in kube.list("VirtualMachineInstance",
-                         label_selector=f"{RUN_ID_LABEL}={run_id}"):
+    """The run's first VMI; None while there is none, KubeVirt is not yet deployed (its
+    kinds are not served) or the cluster is still coming up."""
+    try:
+        vmis = kube.list("VirtualMachineInstance", label_selector=f"{RUN_ID_LABEL}={run_id}")
+    except ApiException as err:
+        if err.status == NOT_FOUND or is_transient(err):
+            return None
+        raise
+    except HTTPError:
+        return None
+    for vmi in vmis:
         return f"{vmi['metadata']['namespace']}/{vmi['metadata']['name']}"
     return None
 
