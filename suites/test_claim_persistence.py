@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core import waits
+from core.profile import Promise
 from core.timeouts import Timeout
 from fixtures import markers, vms
 from fixtures.builders.resourceclaim import with_request
@@ -136,9 +137,9 @@ def test_unpinned_claim_reports_whether_device_changed_against_profile_promise(
     after = allocated_devices(waits.wait_until_claim_allocated(kube, "nvme", namespace))
     changed = [d.key for d in before] != [d.key for d in after]
     record_property("unpinned_device_changed", str(changed).lower())
-    if profile.same_device_unpinned == "yes":
+    if profile.same_device_unpinned == Promise.YES:
         assert not changed, f"profile promises the same device; got {before} then {after}"
-    elif profile.same_device_unpinned == "unknown":
+    elif profile.same_device_unpinned == Promise.UNKNOWN:
         pytest.xfail(
             f"device {'changed' if changed else 'stayed the same'} after restart; profile "
             f"{profile.name} makes no promise (promises.sameDeviceAfterRestartUnpinned: unknown)"

@@ -11,6 +11,7 @@ import pytest
 
 from core import waits
 from core.container_edits import GivenDevice, parse_env
+from core.profile import Promise
 from core.timeouts import Timeout
 from fixtures import markers
 from fixtures.builders.resourceclaim import new_resource_claim, with_first_available
@@ -244,7 +245,7 @@ def test_plugin_restart_keeps_prepared_claims(kube, plugin, prepared, profile, d
 def test_no_device_is_prepared_for_two_claims_under_concurrent_requests(
     plugin, allocate, device, profile
 ):
-    if profile.exclusive_prepare != "yes":
+    if profile.exclusive_prepare != Promise.YES:
         pytest.skip(f"profile {profile.name} does not promise to refuse a device prepared "
                     f"for another claim (promises.exclusivePrepare: "
                     f"{profile.exclusive_prepare}); DRA leaves exclusivity to the scheduler")

@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 
+from core.profile import Promise
 from fixtures import markers
 from fixtures.claims import FreeDevice, free_devices, plain_claim
 from fixtures.sanity import answer_for, result, with_uid
@@ -76,7 +77,7 @@ def test_a_claim_with_results_only_for_another_driver_prepares_nothing(plugin, a
 
 @markers.requirement("SANITY-013")
 def test_a_claim_allocated_on_another_node_is_refused(kube, plugin, allocate, device, profile):
-    if profile.refuses_other_pools != "yes":
+    if profile.refuses_other_pools != Promise.YES:
         pytest.skip(f"profile {profile.name} does not promise to refuse devices of another "
                     f"node's pool (promises.refusesOtherPools: {profile.refuses_other_pools}); "
                     "the kubelet never sends such a claim")

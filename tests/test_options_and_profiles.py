@@ -4,7 +4,7 @@ import pytest
 
 from core.container_edits import GivenDevice, UnknownAttribute
 from core.errors import SuiteUsageError
-from core.profile import load, parse
+from core.profile import PROFILES_DIR, SCHEMA_PATH, Promise, load, parse, schema_text
 from fixtures import options
 
 
@@ -171,6 +171,45 @@ def test_every_bad_field_is_named_in_one_error_before_any_cluster_work(tmp_path)
     assert "promises.deviceMetadata must be a bool, not 'maybe'" in message
     assert f"deploy/ds.yaml is not a file (paths are relative to the profile's folder, " \
            f"{tmp_path.resolve()})" in message
+
+
+def test_promises_read_as_yaml_writes_them_and_a_bad_one_is_named_with_the_rest(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("driver: d\ndeviceClass: c\ndeviceKind: gpu\nidentityAttribute: u\n"
+                    "promises: {exclusivePrepare: no, refusesOtherPools: YES}\n")
+    p = load(str(path))
+    assert (p.exclusive_prepare, p.refuses_other_pools, p.same_device_unpinned) == (
+        Promise.NO, Promise.YES, Promise.UNKNOWN)
+    assert f"{p.exclusive_prepare}" == "no"  # as the suites' messages print it
+    path.write_text("driver:\ndeviceClass: c\ndeviceKind: gpu\nidentityAttribute: u\n"
+                    "promises: {exclusivePrepare: Maybe, refusesOtherPools: 1, x: 2}\n")
+    with pytest.raises(SuiteUsageError) as err:
+        load(str(path))
+    message = str(err.value)
+    assert "'driver' is missing" in message
+    assert "promises.exclusivePrepare is 'maybe' (use one of yes, no, unknown)" in message
+    assert "promises.refusesOtherPools must be a str or bool, not 1" in message
+    assert "unknown field 'promises.x'" in message
+
+
+def test_the_published_json_schema_is_the_models():
+    assert SCHEMA_PATH.read_text() == schema_text(), (
+        "profiles/profile.schema.json differs from core/profile.py's model; regenerate it: "
+        "python -m core.profile schema > profiles/profile.schema.json")
+
+
+@pytest.mark.parametrize("path", sorted(PROFILES_DIR.glob("*.yaml")), ids=lambda p: p.stem)
+def test_each_shipped_profile_validates_and_names_the_schema(path):
+    assert load(str(path)).name == path.stem
+    # editors (yaml-language-server) find the schema from the first line
+    assert path.read_text().startswith("# yaml-language-server: $schema=profile.schema.json\n")
+
+
+def test_the_schema_is_not_taken_for_a_profile():
+    with pytest.raises(SuiteUsageError) as err:
+        load("no-such-profile")
+    assert "dra-example-gpu, reference-nvme]" in str(err.value)
+    assert "profile.schema" not in str(err.value)
 
 
 def test_container_edits_name_the_allocated_device(tmp_path):
