@@ -8,17 +8,16 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.commands import NOT_FOUND, QUIET, CommandResult
 from core.errors import SuiteUsageError
+from core.timeouts import Timeout
 
 MODULE = "kubevirt.io/kubevirt"
 STAGING = {"kubevirt.io/api": "staging/src/kubevirt.io/api",
            "kubevirt.io/client-go": "staging/src/kubevirt.io/client-go"}
-GO_TIMEOUT = 600  # seconds: module downloads and `go mod tidy` over the proxy
-GIT_TIMEOUT = 120  # seconds: git on a large checkout
 DIRTY_MARKER = "dirty"
 
 
@@ -53,15 +52,14 @@ class KubeVirtCode:
         return found.group(1) if found else None
 
 
-def go(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(["go", *argv], cwd=cwd, capture_output=True, text=True,
-                              check=False, timeout=GO_TIMEOUT, env=dict(os.environ))
-    except subprocess.TimeoutExpired as err:
-        raise SuiteUsageError(f"`go {' '.join(argv)}` took over {GO_TIMEOUT} s",
-                              "check that the Go module proxy is reachable") from err
-    except FileNotFoundError as err:
-        raise SuiteUsageError("Go is not installed", "install Go 1.26 (README)") from err
+def go(argv: list[str], cwd: Path) -> CommandResult:
+    """A go command that fetches or lists modules; its result whatever its exit status,
+    but one that cannot start or runs out of time is an error naming the fix."""
+    result = QUIET.run(["go", *argv], Timeout.GO_MODULES, cwd=cwd, env=dict(os.environ))
+    if result.timed_out is not None or result.returncode == NOT_FOUND:
+        raise SuiteUsageError(result.summary(), "install Go 1.26 (README) and check that "
+                              "the Go module proxy is reachable (`go env GOPROXY`)")
+    return result
 
 
 def download(module: str, version: str) -> dict[str, object] | None:
@@ -111,16 +109,11 @@ def check_tree_layout(path: Path) -> None:
 
 
 def _git(tree: Path, *argv: str) -> str:
-    try:
-        result = subprocess.run(["git", "-C", str(tree), *argv], capture_output=True,
-                                check=False, timeout=GIT_TIMEOUT)
-    except FileNotFoundError as err:
-        raise SuiteUsageError("git is not installed", "apt-get install git") from err
-    if result.returncode != 0:
-        raise SuiteUsageError(f"`git {' '.join(argv)}` failed in {tree}: "
-                              f"{result.stderr.decode(errors='replace').strip()[:300]}",
-                              "check that the tree is a readable git checkout")
-    return result.stdout.decode(errors="replace")
+    result = QUIET.run(["git", "-C", str(tree), *argv], Timeout.GIT)
+    if result.failed:
+        raise SuiteUsageError(f"{result.summary()} (in {tree})",
+                              "check that git is installed and the tree is a readable checkout")
+    return result.stdout
 
 
 def content_hash(tree: Path) -> str:

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.commands import CommandRunner, Runner, check
 from core.errors import SuiteUsageError
 from core.kube import Kube
+from core.timeouts import Timeout
 from kubevirtci.capabilities import Capabilities, Capability
 from kubevirtci.kubevirt_code import KubeVirtCode, release_code, tree_code
 from kubevirtci.kubevirt_install import (
@@ -20,7 +22,6 @@ from kubevirtci.kubevirt_install import (
     supports_virt_template_switch,
 )
 from kubevirtci.provider import Provider
-from kubevirtci.runner import CommandRunner, StreamingRunner, check
 
 if TYPE_CHECKING:
     from kubevirtci.local.kubevirt_module import BuildModule
@@ -131,7 +132,7 @@ class BuiltSource(KubeVirtSource):
         self.code = code
         self._module: BuildModule | None = None
         self._built: tuple[list[Path], list[dict[str, Any]]] | None = None
-        self.runner = runner or StreamingRunner()
+        self.runner = runner or Runner()
 
     def build_module(self) -> BuildModule:
         from kubevirtci.local import components, kubevirt_module
@@ -195,8 +196,8 @@ class BuiltSource(KubeVirtSource):
                 f"provider {provider.name} cannot deploy a KubeVirt tree",
                 "use --provider kubevirtci or local, or deploy the tree yourself and run "
                 "--provider existing against it")
-        check(self.runner.run(["make", "cluster-sync"], env=env, cwd=self.code.source,
-                              label="cluster-sync"),
+        check(self.runner.run(["make", "cluster-sync"], Timeout.CLUSTER_SYNC, env=env,
+                              cwd=self.code.source, label="cluster-sync"),
               "see `make cluster-sync` above; it needs the tree's build prerequisites "
               "(docker or podman)")
         installer = KubeVirtInstaller(kube, self.code.version, None, {}, await_node_agents)

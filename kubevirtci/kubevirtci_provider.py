@@ -17,7 +17,9 @@ from typing import Any
 
 import filelock
 
+from core.commands import CommandRunner, Stdin, check
 from core.errors import SuiteUsageError
+from core.timeouts import Timeout
 from kubevirtci.capabilities import Capabilities, Capability
 from kubevirtci.provider import (
     BIND_DEVICE_PLUGIN_NVME,
@@ -26,14 +28,12 @@ from kubevirtci.provider import (
     NodeCommandFailed,
     Provider,
 )
-from kubevirtci.runner import CommandRunner, check
 
 DEFAULT_K8S_PROVIDER = "k8s-1.36"  # when a checkout names no stable provider
 DEFAULT_NUM_NODES = 2
 DEFAULT_NVME_ARGS = " ".join(["--nvme 1G"] * NVME_PER_NODE)
 CLUSTER_REGISTRY = "registry:5000"  # the in-cluster name of kubevirtci's registry
 PODMAN_SOCKET = "/run/podman/podman.sock"  # kubevirtci's default KUBEVIRTCI_PODMAN_SOCKET
-RUNTIME_PROBE_TIMEOUT = 30  # seconds for `docker ps` to answer
 CACHE_ROOT = Path(os.environ.get("KDC_CACHE", Path.home() / ".cache" / "kdc"))
 
 
@@ -122,12 +122,8 @@ class KubevirtciProvider(Provider):
         with filelock.FileLock(str(self.checkout) + ".lock"):
             if (self.checkout / "cluster-up").is_dir():
                 return
-            try:
-                result = self.runner.run(["go", "mod", "download", "-json", module],
-                                         env=self.base_env, label="go")
-            except OSError as err:
-                raise SuiteUsageError(f"cannot run `go mod download {module}`: {err}", fix) \
-                    from err
+            result = self.runner.run(["go", "mod", "download", "-json", module],
+                                     Timeout.GO_MODULES, env=self.base_env, label="go")
             source = module_dir(check(result, fix).stdout, module) / "kubevirtci"
             staging = self.checkout.with_name(self.checkout.name + ".partial")
             remove_tree(staging)
@@ -142,8 +138,10 @@ class KubevirtciProvider(Provider):
         with."""
         return {**self.env(), "KUBEVIRTCI_CONFIG_PATH": str(self.checkout / "_ci-configs")}
 
-    def run(self, argv: list[str], hint: str) -> str:
-        result = self.runner.run(argv, env=self.env(), cwd=self.checkout, label="kubevirtci")
+    def run(self, argv: list[str], hint: str,
+            timeout: Timeout = Timeout.KUBEVIRTCI_SCRIPT) -> str:
+        result = self.runner.run(argv, timeout, env=self.env(),
+                                 cwd=self.checkout, label="kubevirtci")
         return check(result, hint).stdout
 
     def preflight(self) -> None:
@@ -154,12 +152,11 @@ class KubevirtciProvider(Provider):
         if self.base_env.get("KUBEVIRTCI_RUNTIME") != "docker" and podman_socket.is_socket():
             return
         if shutil.which("docker", path=self.base_env.get("PATH")):
-            probe = self.runner.run(["docker", "ps"], env=self.base_env, label="kubevirtci",
-                                    timeout=RUNTIME_PROBE_TIMEOUT)
-            if probe.returncode == 0:
+            probe = self.runner.run(["docker", "ps"], Timeout.CONTAINER_RUNTIME_PROBE,
+                                    env=self.base_env, label="kubevirtci")
+            if not probe.failed:
                 return
-            said = probe.stdout.strip().splitlines()
-            why = f"`docker ps` fails ({said[-1] if said else 'no output'})"
+            why = probe.summary()
         else:
             why = "no docker on PATH"
         raise SuiteUsageError(
@@ -191,10 +188,10 @@ class KubevirtciProvider(Provider):
 
     def running(self) -> bool:
         """Whether the cluster's containers run: gocli's ``ports`` inspects them."""
-        probe = self.runner.run(["cluster-up/cli.sh", "ports", "k8s"], env=self.env(),
-                                cwd=self.checkout, label="kubevirtci",
-                                timeout=RUNTIME_PROBE_TIMEOUT)
-        return probe.returncode == 0
+        probe = self.runner.run(["cluster-up/cli.sh", "ports", "k8s"],
+                                Timeout.CONTAINER_RUNTIME_PROBE, env=self.env(),
+                                cwd=self.checkout, label="kubevirtci")
+        return not probe.failed
 
     def registry_port(self) -> int:
         out = self.run(["cluster-up/cli.sh", "ports", "registry"], "is the cluster up?")
@@ -214,7 +211,8 @@ class KubevirtciProvider(Provider):
         for image in images:
             archive = CACHE_ROOT / "images" / (image.replace("/", "_").replace(":", "_") + ".tar")
             build_known_archive(image, archive)
-            check(self.runner.run(self.push_command(archive, image, port), label="push"),
+            check(self.runner.run(self.push_command(archive, image, port), Timeout.IMAGE_PUSH,
+                                  label="push"),
                   "install skopeo (apt-get install skopeo)")
 
     def node_image(self, image: str) -> str:
@@ -259,11 +257,12 @@ class SshNode(Node):
         self.name = name
         self.provider = provider
 
-    def run(self, argv: list[str], stdin: bytes | None = None) -> str:
+    def run(self, argv: list[str], stdin: Stdin = None,
+            timeout: Timeout = Timeout.NODE_COMMAND) -> str:
         if stdin is not None:
             raise NodeCommandFailed(f"on {self.name}: ssh.sh takes no input")
         return self.provider.run(["cluster-up/ssh.sh", self.name, "--", node_command(argv)],
-                                  f"is node {self.name} up?")
+                                 f"is node {self.name} up?", timeout)
 
 
 def node_command(argv: list[str]) -> str:

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.commands import Stdin
 from core.errors import SuiteUsageError
 from core.profile import GuestImage
+from core.timeouts import Timeout
 from kubevirtci.capabilities import Capabilities
 
 # The PCI vendor:device of the NVMe controllers that kubevirtci's --nvme and the hermetic
@@ -59,7 +61,8 @@ class Node(ABC):
     paths: NodePaths = NodePaths()
 
     @abstractmethod
-    def run(self, argv: list[str], stdin: bytes | None = None) -> str:
+    def run(self, argv: list[str], stdin: Stdin = None,
+            timeout: Timeout = Timeout.NODE_COMMAND) -> str:
         """Run a command on the node and return its output; raise NodeCommandFailed."""
 
 

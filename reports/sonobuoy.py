@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import sys
 import tarfile
 import xml.etree.ElementTree as ET
-from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from core.commands import Runner
 from core.errors import SuiteUsageError
 from core.profile import PROFILES_DIR
 from core.profile import load as load_profile
+from core.timeouts import Timeout
 from kubevirtci.provider import SANITY_CLIENT_IMAGE, SUITE_IMAGE
 
 PLUGIN_NAME = "kubevirt-dra-conformance"
@@ -34,6 +34,7 @@ CONFIG_DIR = "/tmp/sonobuoy/config"  # where Sonobuoy mounts the plugin's config
 JUNIT = f"{PLUGIN_NAME}-junit.xml"
 TARBALL = f"{PLUGIN_NAME}.tar.gz"
 SUITES = Path(__file__).resolve().parent.parent / "suites"
+VERDICT_TAIL_LINES = 200  # lines of the run's output the session verdict looks at
 OUTPUT_TAIL = 4000  # characters of the run's output kept for a session failure
 
 
@@ -88,15 +89,10 @@ def run(env: Mapping[str, str]) -> int:
     results.mkdir(parents=True, exist_ok=True)
     argv = suite_argv(results, shlex.split(env.get("KDC_PYTEST_ARGS", "")))
     print(f"[sonobuoy] {shlex.join(argv)}", flush=True)
-    tail: deque[str] = deque(maxlen=200)
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True) as process:
-        assert process.stdout is not None
-        for line in process.stdout:  # live: the container log is the run's console
-            sys.stdout.write(line)
-            sys.stdout.flush()
-            tail.append(line)
-    session_verdict(results / JUNIT, process.returncode, "".join(tail))
+    # Echoed live: the container log is the run's console.
+    result = Runner().run(argv, Timeout.SONOBUOY_RUN, label="suite")
+    tail = (result.stdout + result.stderr).splitlines(keepends=True)[-VERDICT_TAIL_LINES:]
+    session_verdict(results / JUNIT, result.returncode, "".join(tail))
     print(f"[sonobuoy] results: {pack(results)}", flush=True)
     return 0
 

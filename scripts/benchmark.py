@@ -22,7 +22,6 @@ import argparse
 import dataclasses
 import json
 import statistics
-import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -31,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from core.commands import QUIET, Runner  # noqa: E402
 from core.kube import Kube, load_api_client  # noqa: E402
 from core.profile import load as load_profile  # noqa: E402
 from core.timeouts import Timeout  # noqa: E402
@@ -51,10 +51,7 @@ from kubevirtci.local.provider import LocalProvider  # noqa: E402
 
 OUT = ROOT / "_output" / "benchmarks"
 SWITCH_RELEASE = "v1.8.4"  # the newest served release before the default
-WORKED_EXAMPLE_TIMEOUT = 70 * 60  # seconds: the tree's build (cold Go cache) and the test
 ONE_VM_TEST = "test_a_vm_boots_and_answers_on_its_console"
-ONE_TEST_TIMEOUT = 30 * 60  # seconds: a first run deploys KubeVirt from cached images
-INTERRUPTION_TIMEOUT = 40 * 60  # seconds: scripts/interruption_check.py's whole run
 
 
 def one_test_seconds() -> float:
@@ -63,15 +60,15 @@ def one_test_seconds() -> float:
     argv = [sys.executable, "-m", "pytest", "suites", "-q", "-k", ONE_VM_TEST,
             "--keep-cluster"]
     start = time.monotonic()
-    subprocess.run(argv, cwd=ROOT, capture_output=True, check=False, timeout=ONE_TEST_TIMEOUT)
+    QUIET.run(argv, Timeout.RUN_ONE_TEST, cwd=ROOT)
     return round(time.monotonic() - start, 1)
 
 
 def interruption() -> dict[str, object]:
     """scripts/interruption_check.py: SIGTERM once a run's VM exists; its exit and what
     it left behind."""
-    status = subprocess.run([sys.executable, str(ROOT / "scripts" / "interruption_check.py")],
-                            cwd=ROOT, check=False, timeout=INTERRUPTION_TIMEOUT).returncode
+    status = Runner().run([sys.executable, str(ROOT / "scripts" / "interruption_check.py")],
+                          Timeout.RUN_INTERRUPTION_CHECK, cwd=ROOT).returncode
     timings = json.loads((ROOT / "_output" / "interruption" / "timings.json").read_text())
     return {"sigterm_to_exit_seconds": timings["signal_to_exit_seconds"],
             "sigterm_left_behind": timings["left"], "interruption_check_exit": status}
@@ -123,8 +120,7 @@ def edit_to_result() -> dict[str, object]:
     """The worked example (a one-line change to a KubeVirt tree, its targeted test run on
     the kept cluster): its own measure of the seconds from the edit to the result."""
     argv = [sys.executable, str(ROOT / "scripts" / "worked_example.py")]
-    status = subprocess.run(argv, cwd=ROOT, check=False, timeout=WORKED_EXAMPLE_TIMEOUT
-                            ).returncode
+    status = Runner().run(argv, Timeout.RUN_TREE_EXAMPLE, cwd=ROOT).returncode
     timings = json.loads((ROOT / "_output" / "worked-example" / "timings.json").read_text())
     return {"edit_to_result_seconds": timings["edit_to_result_seconds"],
             "worked_example_exit": status}
@@ -177,7 +173,7 @@ def vm_timings(kube: Kube, provider: LocalProvider) -> dict[str, float]:
 def host_state() -> dict[str, list[str]]:
     """What a cluster could leave on the host: compared before start-up and after down."""
     def lines(argv: list[str]) -> list[str]:
-        out = subprocess.run(argv, capture_output=True, text=True).stdout
+        out = QUIET.run(argv, Timeout.HOST_STATE).stdout
         return sorted(line for line in out.splitlines() if not line.startswith("#"))
 
     mounts = Path("/proc/self/mounts").read_text().splitlines()
@@ -204,7 +200,7 @@ def conformance_run(tag: str, workers: int) -> dict[str, object]:
     argv = [sys.executable, "-m", "pytest", "suites", "-q", "-p", "no:randomly",
             "--keep-cluster", f"--junitxml={junit}", "-n", str(workers)]
     start = time.monotonic()
-    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    result = QUIET.run(argv, Timeout.RUN_CONFORMANCE, cwd=ROOT)
     elapsed = time.monotonic() - start
     suite = ET.parse(junit).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")

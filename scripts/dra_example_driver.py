@@ -22,12 +22,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from core.commands import CommandFailed, Runner, check  # noqa: E402
 from core.errors import SuiteUsageError  # noqa: E402
 from core.timeouts import Timeout  # noqa: E402
 from kubevirtci.installers import wait_for_slices  # noqa: E402
 from kubevirtci.local import components, images  # noqa: E402
 from kubevirtci.local.cluster import LocalCluster  # noqa: E402
-from kubevirtci.runner import CommandFailed, StreamingRunner, check  # noqa: E402
 
 DRIVER = components.DRA_EXAMPLE_DRIVER
 MODULE = "sigs.k8s.io/dra-example-driver"
@@ -52,7 +52,7 @@ def helm(cluster: LocalCluster, *args: str, echo: bool = True) -> str:
         "HELM_DATA_HOME": str(helm_home / "data"),
     }
     program = components.build(components.HELM) / "helm"
-    result = StreamingRunner(echo=echo).run([str(program), *args], env=env, label="helm")
+    result = Runner(echo=echo).run([str(program), *args], Timeout.HELM, env=env, label="helm")
     return check(result, "see Helm's message above").stdout
 
 

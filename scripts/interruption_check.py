@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import secrets
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 from kubernetes.client.rest import ApiException  # noqa: E402
 from urllib3.exceptions import HTTPError  # noqa: E402
 
+from core.commands import start  # noqa: E402
 from core.kube import RUN_ID_LABEL, Kube, load_api_client  # noqa: E402
 from core.retry import is_transient  # noqa: E402
 from fixtures.cleanup import objects_of_run  # noqa: E402
@@ -58,7 +58,7 @@ def main() -> int:
     argv = [sys.executable, "-m", "pytest", "suites", "-k", TEST, "--keep-cluster",
             "--run-id", run_id, "--artifacts-dir", str(OUTPUT / "run"), *sys.argv[1:]]
     print(f"== {' '.join(argv[2:])}", flush=True)
-    run = subprocess.Popen(argv, cwd=ROOT, start_new_session=True)
+    run = start(argv, cwd=ROOT)
     deadline = time.monotonic() + VM_APPEARS_TIMEOUT
     kube: Kube | None = None
     vmi = None

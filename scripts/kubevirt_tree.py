@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from core.commands import output  # noqa: E402
 from core.errors import SuiteUsageError  # noqa: E402
+from core.timeouts import Timeout  # noqa: E402
 from kubevirtci.kubevirt_code import MODULE, STAGING, download, release_code  # noqa: E402
-
-GIT_TIMEOUT = 300  # seconds: adding some 20 000 files
 
 
 def _copy(source: Path, dest: Path) -> None:
@@ -32,9 +31,8 @@ def _copy(source: Path, dest: Path) -> None:
 
 
 def _git(tree: Path, *argv: str) -> None:
-    subprocess.run(["git", "-C", str(tree), "-c", "user.name=kubevirt-dra-conformance",
-                    "-c", "user.email=kdc@localhost", *argv], check=True,
-                   capture_output=True, timeout=GIT_TIMEOUT)
+    output(["git", "-C", str(tree), "-c", "user.name=kubevirt-dra-conformance",
+            "-c", "user.email=kdc@localhost", *argv], Timeout.GIT)
 
 
 def make_tree(dest: Path, version: str) -> Path:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from core.commands import Runner  # noqa: E402
+from core.timeouts import Timeout  # noqa: E402
 from reports.matrix import document, read_run  # noqa: E402
 
 SERVED = ("v1.8.1", "v1.8.2", "v1.8.3", "v1.8.4", "v1.9.0")
@@ -28,7 +29,6 @@ SERVED = ("v1.8.1", "v1.8.2", "v1.8.3", "v1.8.4", "v1.9.0")
 KUBEVIRT_SUITES = "persistence or mixed or device_info or admission or lifecycle or vm"
 OUTPUT = ROOT / "_output" / "release-matrix"
 DOCUMENT = ROOT / "docs" / "release-matrix.md"
-RUN_TIMEOUT = 90 * 60  # seconds: one release's build (cold) and suites
 
 
 def run_release(release: str, extra: list[str]) -> tuple[int, float]:
@@ -40,10 +40,10 @@ def run_release(release: str, extra: list[str]) -> tuple[int, float]:
             f"--junitxml={folder / 'junit.xml'}", *extra]
     print(f"== {release}: {shlex.join(argv[2:])}", flush=True)
     start = time.monotonic()
-    try:
-        status = subprocess.run(argv, cwd=ROOT, check=False, timeout=RUN_TIMEOUT).returncode
-    except subprocess.TimeoutExpired:
-        print(f"== {release}: no result within {RUN_TIMEOUT} s", flush=True)
+    result = Runner().run(argv, Timeout.RUN_RELEASE_SUITES, cwd=ROOT, label=release)
+    status = result.returncode
+    if result.timed_out is not None:
+        print(f"== {release}: {result.status}", flush=True)
         status = -1
     return status, time.monotonic() - start
 

@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from core.commands import CommandFailed, Runner, check  # noqa: E402
 from core.errors import SuiteUsageError  # noqa: E402
 from core.profile import load as load_profile  # noqa: E402
 from core.timeouts import Timeout  # noqa: E402
@@ -28,7 +29,6 @@ from kubevirtci.local import components, images  # noqa: E402
 from kubevirtci.local.cluster import LocalCluster  # noqa: E402
 from kubevirtci.local.known_images import known_image  # noqa: E402
 from kubevirtci.provider import SANITY_CLIENT_IMAGE, SUITE_IMAGE  # noqa: E402
-from kubevirtci.runner import CommandFailed, StreamingRunner, check  # noqa: E402
 from reports import sonobuoy  # noqa: E402
 
 SONOBUOY = components.SONOBUOY
@@ -40,13 +40,14 @@ def progress(message: str) -> None:
     sys.stderr.write(f"[sonobuoy] {message}\n")
 
 
-def sonobuoy_cli(cluster: LocalCluster | None, *args: str) -> str:
+def sonobuoy_cli(cluster: LocalCluster | None, *args: str,
+                 timeout: Timeout = Timeout.SONOBUOY_COMMAND) -> str:
     """A Sonobuoy command, against the cluster (None: offline, as ``results`` is)."""
     program = components.build(SONOBUOY) / "sonobuoy"
     argv = [str(program), *args]
     if cluster is not None:
         argv += ["--kubeconfig", str(cluster.layout.admin_kubeconfig)]
-    return check(StreamingRunner().run(argv, label="sonobuoy"),
+    return check(Runner().run(argv, timeout, label="sonobuoy"),
                  "see Sonobuoy's message above").stdout
 
 
@@ -82,7 +83,8 @@ def run(profile_name: str, pytest_args: str) -> int:
                      SONOBUOY_IMAGE, "--image-pull-policy", "IfNotPresent",
                      # no cluster DNS here, and the preflight check asks for it
                      "--skip-preflight", f"--wait={Timeout.SONOBUOY_RUN.seconds // 60:.0f}",
-                     "--timeout", f"{Timeout.SONOBUOY_RUN.seconds:.0f}")
+                     "--timeout", f"{Timeout.SONOBUOY_RUN.seconds:.0f}",
+                     timeout=Timeout.SONOBUOY_RUN_WAITED)
         tarball = sonobuoy_cli(cluster, "retrieve", str(OUTPUT)).strip().splitlines()[-1]
         results = sonobuoy_cli(None, "results", tarball, "--plugin", sonobuoy.PLUGIN_NAME)
     finally:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -24,6 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from core.commands import Runner  # noqa: E402
+from core.timeouts import Timeout  # noqa: E402
 from scripts.kubevirt_tree import make_tree  # noqa: E402
 
 OUTPUT = ROOT / "_output" / "worked-example"
@@ -37,7 +38,6 @@ TEST = "test_domain_xml_hostdev_source_matches_allocated_pci_bus_id"
 # The test runs once per device list; the edit breaks hostDevices only.
 CASE = f"{TEST}[hostDevice]"
 EXPECTED = "the domain has no hostdev with alias ua-dra-hostdevice-nvme"
-RUN_TIMEOUT = 60 * 60  # seconds: the tree's build (warm Go cache), redeploy and the test
 
 
 def edit_one_line(tree: Path) -> None:
@@ -68,7 +68,7 @@ def main() -> int:
             "--kubevirt-source", str(TREE), "--keep-cluster",
             "--artifacts-dir", str(OUTPUT / "run"), f"--junitxml={junit}", *sys.argv[1:]]
     print(f"== {' '.join(argv[2:])}", flush=True)
-    status = subprocess.run(argv, cwd=ROOT, check=False, timeout=RUN_TIMEOUT).returncode
+    status = Runner().run(argv, Timeout.RUN_TREE_EXAMPLE, cwd=ROOT, label="pytest").returncode
     seconds = round(time.monotonic() - edited, 1)
     message = failure_message(junit)
     (OUTPUT / "timings.json").write_text(json.dumps(

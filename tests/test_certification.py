@@ -2,11 +2,14 @@
 refusal of an uncertifiable cluster before the first test."""
 
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from core.commands import QUIET
+from core.timeouts import Timeout
 from fixtures import certification
 from fixtures.plugin import SESSION_KEY
 from kubevirtci.capabilities import Capabilities, Capability
@@ -147,16 +150,13 @@ def test_without_certify_or_with_everything_present_the_run_goes_on():
 
 
 def test_verify_from_the_command_line(tmp_path):
-    import subprocess
-    import sys
     path = make_bundle(tmp_path)
-    ok = subprocess.run([sys.executable, "-m", "reports", "verify", str(path)],
-                        capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+    verify = [sys.executable, "-m", "reports", "verify", str(path)]
+    ok = QUIET.run(verify, Timeout.LOCAL_COMMAND, cwd=Path(__file__).parent.parent)
     assert ok.returncode == 0, ok.stderr
     assert "bundle verified" in ok.stdout and bundle.NOT_FOR_HARDWARE in ok.stdout
     (path / bundle.FACTS).write_text("{}")
-    bad = subprocess.run([sys.executable, "-m", "reports", "verify", str(path)],
-                         capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+    bad = QUIET.run(verify, Timeout.LOCAL_COMMAND, cwd=Path(__file__).parent.parent)
     assert bad.returncode == 1 and "edited after the run: facts.json" in bad.stdout
 
 

@@ -4,10 +4,11 @@ stat answers, compared by type and major:minor."""
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
+from core.commands import output
+from core.timeouts import Timeout
 from fixtures.device_nodes import (
     DeviceNumber,
     assert_the_nodes_devices,
@@ -32,8 +33,7 @@ def test_stat_output_of_busybox_and_coreutils_is_read_in_hex():
 
 def test_the_stat_script_reports_what_is_missing(tmp_path):
     gone = tmp_path / "it's gone"
-    out = subprocess.run(["sh", "-c", stat_script(["/dev/null", str(gone)])],
-                         capture_output=True, text=True, check=True).stdout
+    out = output(["sh", "-c", stat_script(["/dev/null", str(gone)])], Timeout.LOCAL_COMMAND)
     assert parse_stat(out) == {"/dev/null": DeviceNumber("char", 1, 3),
                                str(gone): DeviceNumber("missing")}
 

@@ -1,8 +1,9 @@
 import json
-import subprocess
 
 import pytest
 
+from core.commands import output
+from core.timeouts import Timeout
 from fixtures import artifacts, vms
 from fixtures.guest import ConsoleSession, GuestCommandFailed
 from fixtures.launcher import (
@@ -99,7 +100,7 @@ class LocalNode(Node):
                                cdi=(f"{root}/cdi",))
 
     def run(self, argv, stdin=None):
-        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        return output(argv, Timeout.LOCAL_COMMAND, stdin=stdin)
 
 
 def test_host_device_diagnostics_show_the_function_and_what_is_prepared_for_the_claim(tmp_path):

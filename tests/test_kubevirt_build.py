@@ -2,12 +2,13 @@
 (a release's own go.mod, or a tree), its named exceptions, and images as KubeVirt
 defines them. The module proxy is stood in for: nothing here reaches the network."""
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from core.commands import output
 from core.errors import SuiteUsageError
+from core.timeouts import Timeout
 from kubevirtci import kubevirt_code
 from kubevirtci.kubevirt_code import KubeVirtCode, release_code, tree_code
 from kubevirtci.local import components, kubevirt_module
@@ -135,8 +136,8 @@ def test_a_release_the_proxy_does_not_serve_is_one_message_with_the_fix(monkeypa
 
 
 def _git(tree: Path, *argv: str) -> None:
-    subprocess.run(["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t",
-                    *argv], check=True, capture_output=True)
+    output(["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t", *argv],
+           Timeout.GIT)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from core.commands import CommandResult
 from core.errors import SuiteUsageError
 from kubevirtci.capabilities import Capability
 from kubevirtci.discovery import DRA_GATES
@@ -22,7 +23,6 @@ from kubevirtci.kubevirt_source import (
 )
 from kubevirtci.kubevirtci_provider import KubevirtciProvider, KubevirtciSettings
 from kubevirtci.local.provider import LocalProvider
-from kubevirtci.runner import CommandResult
 
 RELEASE = KubeVirtCode("v1.8.2", Path("/mod/kubevirt@v1.8.2"), "3203e9d1ce77af32f6a9ce",
                        "2026-04-20T08:35:48Z")
@@ -91,7 +91,7 @@ class Recording:
     def __init__(self) -> None:
         self.calls: list[tuple[list[str], dict[str, str], Path | None]] = []
 
-    def run(self, argv, env=None, cwd=None, label="", timeout=None):
+    def run(self, argv, timeout, *, env=None, cwd=None, label="", stdin=None):
         self.calls.append((list(argv), dict(env or {}), cwd))
         return CommandResult(tuple(argv), 0, "")
 

@@ -7,20 +7,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from core.commands import CommandFailed, Runner, output
 from core.kube import load_api_client, tls_unverified
+from core.timeouts import Timeout
 from fixtures.options import DEFAULT_KUBEVIRT_VERSION
 from kubevirtci.discovery import parse_version
 from kubevirtci.kubevirt_code import download
 from kubevirtci.kubevirtci_provider import KubevirtciProvider, KubevirtciSettings
 from kubevirtci.provider import BIND_DEVICE_PLUGIN_NVME, NVME_PER_NODE
 from kubevirtci.releases import release_for
-from kubevirtci.runner import CommandFailed, StreamingRunner
 
 STUB = Path(__file__).parent / "kubevirtci_stub"
 SUDO = """#!/usr/bin/env python3
@@ -36,7 +36,7 @@ def release_scripts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     settings = KubevirtciSettings(kubevirt_version=DEFAULT_KUBEVIRT_VERSION)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("kubevirtci.kubevirtci_provider.CACHE_ROOT", tmp_path_factory.mktemp("c"))
-        provider = KubevirtciProvider(settings, StreamingRunner(echo=False))
+        provider = KubevirtciProvider(settings, Runner(echo=False))
         provider.fetch_release_scripts()
         return provider.checkout
 
@@ -61,7 +61,7 @@ class Cluster:
         shutil.copytree(scripts, checkout)
         settings = KubevirtciSettings(kubevirt_version=DEFAULT_KUBEVIRT_VERSION,
                                       checkout=checkout)
-        self.provider = KubevirtciProvider(settings, StreamingRunner(echo=False), base_env=env)
+        self.provider = KubevirtciProvider(settings, Runner(echo=False), base_env=env)
 
     def calls(self, kind: str) -> list[dict]:
         lines = self.log.read_text().splitlines() if self.log.exists() else []
@@ -153,14 +153,14 @@ def test_a_trees_cluster_sync_reaches_the_cluster_the_provider_brought_up(tmp_pa
     assert "\ncluster-sync:\n\t./hack/cluster-sync.sh\n" in (tree / "Makefile").read_text()
     provider = KubevirtciProvider(
         KubevirtciSettings(DEFAULT_KUBEVIRT_VERSION, checkout=tree / "kubevirtci"),
-        StreamingRunner(echo=False), base_env={"PATH": "/usr/bin:/bin"})
+        Runner(echo=False), base_env={"PATH": "/usr/bin:/bin"})
     env = provider.tooling_env()
     # hack/cluster-sync.sh sources hack/config-kubevirtci.sh, then hack/common.sh.
     script = ("source hack/config-kubevirtci.sh; source hack/common.sh >/dev/null 2>&1; "
               'echo "$KUBEVIRTCI_CONFIG_PATH|$KUBEVIRT_PROVIDER|$KUBEVIRT_NUM_NODES|'
               '$KUBEVIRTCI_TAG"')
-    seen = subprocess.run(["bash", "-c", script], cwd=tree, env=env, capture_output=True,
-                          text=True, check=True).stdout.strip().splitlines()[-1]
+    seen = output(["bash", "-c", script], Timeout.LOCAL_COMMAND, cwd=tree,
+                  env=env).strip().splitlines()[-1]
     config_path, k8s_provider, nodes, tag = seen.split("|")
     assert Path(config_path) == tree / "kubevirtci" / "_ci-configs" == \
         Path(env["KUBEVIRTCI_CONFIG_PATH"])
@@ -172,7 +172,7 @@ def test_a_second_run_on_a_kept_cluster_neither_provisions_it_again_nor_removes_
     cluster.provider.up()
     runs = [c for c in cluster.gocli() if "run" in c[:3]]
     assert runs  # the first up provisioned it
-    later = KubevirtciProvider(cluster.provider.settings, StreamingRunner(echo=False),
+    later = KubevirtciProvider(cluster.provider.settings, Runner(echo=False),
                                base_env=cluster.provider.base_env)
     later.up()
     later.down()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from core.commands import CommandFailed, CommandResult
 from core.errors import SuiteUsageError
 from kubevirtci.kubevirtci_provider import (
     KubevirtciProvider,
@@ -15,7 +16,6 @@ from kubevirtci.kubevirtci_provider import (
     parse_last_line,
 )
 from kubevirtci.provider import NVME_PER_NODE, SANITY_CLIENT_IMAGE
-from kubevirtci.runner import CommandFailed, CommandResult
 
 
 class RecordingRunner:
@@ -26,7 +26,7 @@ class RecordingRunner:
         self.answers = answers or {}
         self.cluster_running = cluster_running
 
-    def run(self, argv, env=None, cwd=None, label="", timeout=None):
+    def run(self, argv, timeout, *, env=None, cwd=None, label="", stdin=None):
         if list(argv) == ["cluster-up/cli.sh", "ports", "k8s"]:  # is the cluster up?
             return CommandResult(tuple(argv), 0 if self.cluster_running else 1, "")
         self.calls.append({"argv": list(argv), "env": dict(env or {}), "cwd": cwd})

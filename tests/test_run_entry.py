@@ -4,20 +4,21 @@ builds and writes nothing; SIGTERM cleans up as Ctrl-C does, and a second one en
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from core.commands import QUIET, CommandResult, Process, start
+from core.timeouts import Timeout
+
 ROOT = Path(__file__).resolve().parent.parent
-RUN_TIMEOUT = 120  # seconds: a run that refuses its input ends at once
 
 
-def run_suites(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", str(ROOT / "suites"), "--rootdir", str(ROOT),
-         "-c", str(ROOT / "pyproject.toml"), *args],
-        cwd=cwd, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
+def run_suites(*args: str, cwd: Path) -> CommandResult:
+    """A real run that must end at once (bad input, --collect-only)."""
+    return QUIET.run([sys.executable, "-m", "pytest", str(ROOT / "suites"), "--rootdir",
+                      str(ROOT), "-c", str(ROOT / "pyproject.toml"), *args],
+                     Timeout.LOCAL_COMMAND, cwd=cwd)
 
 
 def test_a_kubeconfig_that_is_not_yaml_is_one_error_line_not_a_traceback(tmp_path):
@@ -68,14 +69,13 @@ def pytest_keyboard_interrupt(excinfo):
 SIGNAL_TIMEOUT = 30  # seconds for a signalled run to end
 
 
-def start_slow_run(tmp_path: Path, teardown_seconds: int) -> subprocess.Popen[str]:
+def start_slow_run(tmp_path: Path, teardown_seconds: int) -> Process:
     (tmp_path / "test_slow.py").write_text(SLOW_TEST)
     (tmp_path / "conftest.py").write_text(CLEANUP_HOOK)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TEARDOWN_SECONDS": str(teardown_seconds)}
-    run = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "fixtures.signals", "-p", "no:cacheprovider",
-         "test_slow.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    with (tmp_path / "output").open("wb") as log:
+        run = start([sys.executable, "-m", "pytest", "-p", "fixtures.signals",
+                     "-p", "no:cacheprovider", "test_slow.py"], log=log, cwd=tmp_path, env=env)
     deadline = time.monotonic() + SIGNAL_TIMEOUT
     while not (tmp_path / "started").exists():
         assert time.monotonic() < deadline and run.poll() is None, "the test never started"
@@ -86,7 +86,8 @@ def start_slow_run(tmp_path: Path, teardown_seconds: int) -> subprocess.Popen[st
 def test_sigterm_ends_a_run_as_ctrl_c_does_tearing_down_what_it_made(tmp_path):
     run = start_slow_run(tmp_path, teardown_seconds=0)
     run.send_signal(signal.SIGTERM)
-    output, _ = run.communicate(timeout=SIGNAL_TIMEOUT)
+    run.wait(timeout=SIGNAL_TIMEOUT)
+    output = (tmp_path / "output").read_text()
     assert run.returncode == 2, output  # pytest's "interrupted"
     assert (tmp_path / "teardown").exists()  # fixtures torn down
     assert "SIGTERM" in (tmp_path / "interrupted").read_text()  # the Ctrl-C hooks ran
@@ -101,5 +102,15 @@ def test_a_second_sigterm_ends_the_run_at_once(tmp_path):
         assert time.monotonic() < deadline, "teardown never began"
         time.sleep(0.1)
     run.send_signal(signal.SIGTERM)
-    run.communicate(timeout=SIGNAL_TIMEOUT)  # well before the teardown's 60 s
+    run.wait(timeout=SIGNAL_TIMEOUT)  # well before the teardown's 60 s
     assert run.returncode == -signal.SIGTERM
+
+
+def test_a_hung_test_fails_at_the_hard_limit_with_its_stack(tmp_path):
+    (tmp_path / "test_hung.py").write_text(
+        "import time\n\ndef test_hangs():\n    time.sleep(600)\n")
+    result = QUIET.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"),
+                        "--rootdir", str(tmp_path), "--timeout=2", "test_hung.py"],
+                       Timeout.LOCAL_COMMAND, cwd=tmp_path)
+    assert result.returncode == 1, result.stdout  # a failure, not an error or a hang
+    assert "Timeout" in result.stdout and "time.sleep(600)" in result.stdout

@@ -7,10 +7,10 @@ import json
 import sys
 from pathlib import Path
 
+from core.commands import CommandFailed
 from core.errors import SuiteUsageError
 from kubevirtci.local.cluster import DEFAULT_NVME, LocalCluster
 from kubevirtci.local.known_images import DRIVER_IMAGE, KNOWN_IMAGES, build_known_archive
-from kubevirtci.runner import CommandFailed
 
 
 def parser() -> argparse.ArgumentParser:

@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.commands import CommandRunner, Runner, check, output
 from core.errors import SuiteUsageError
-from kubevirtci.runner import CommandRunner, StreamingRunner, check
+from core.timeouts import Timeout
 
 if TYPE_CHECKING:
     from kubevirtci.local.kubevirt_module import BuildModule
@@ -159,7 +159,7 @@ def driver_component(version: str) -> Component:
 def build(component: Component, runner: CommandRunner | None = None) -> Path:
     if component.cached():
         return component.bin_dir
-    runner = runner or StreamingRunner()
+    runner = runner or Runner()
     staging = component.bin_dir.with_name("bin.partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -172,7 +172,8 @@ def build(component: Component, runner: CommandRunner | None = None) -> Path:
         " (cold builds take minutes; package names stream below)\n"
     )
     env = {**os.environ, "CGO_ENABLED": "1" if component.cgo else "0"}
-    result = runner.run(argv, env=env, cwd=component.module_dir, label=f"build {component.name}")
+    result = runner.run(argv, Timeout.GO_BUILD, env=env, cwd=component.module_dir,
+                        label=f"build {component.name}")
     if result.returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)
     check(result, f"see the Go error above; `cd {component.module_dir} && go mod download` "
@@ -186,14 +187,10 @@ def module_source(component: Component, module: str) -> Path:
     """The folder of ``module`` in the Go module cache at the version the component's
     build module pins (downloaded when absent). Upstream files that ship beside the
     code, such as a Helm chart, are read from there as they are."""
-    result = subprocess.run(["go", "mod", "download", "-json", module], check=False,
-                            cwd=component.module_dir, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SuiteUsageError(
-            f"cannot download Go module {module}: {result.stdout.strip() or result.stderr}",
-            "check that the Go module proxy is reachable (`go env GOPROXY`)",
-        )
-    return Path(json.loads(result.stdout)["Dir"])
+    downloaded = output(["go", "mod", "download", "-json", module], Timeout.GO_MODULES,
+                        "check that the Go module proxy is reachable (`go env GOPROXY`)",
+                        cwd=component.module_dir)
+    return Path(json.loads(downloaded)["Dir"])
 
 
 def check_host_packages(runner: CommandRunner | None = None) -> None:
@@ -205,8 +202,9 @@ def check_host_packages(runner: CommandRunner | None = None) -> None:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         raise SuiteUsageError(f"the hermetic cluster needs Debian packages {', '.join(missing)}",
                               fix)
-    runner = runner or StreamingRunner()
+    runner = runner or Runner()
     sys.stderr.write(f"[prereqs] installing Debian packages {', '.join(missing)}\n")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    check(runner.run(["apt-get", "update", "-qq"], env=env, label="apt"), fix)
-    check(runner.run(["apt-get", "install", "-y", "-qq", *missing], env=env, label="apt"), fix)
+    check(runner.run(["apt-get", "update", "-qq"], Timeout.APT, env=env, label="apt"), fix)
+    check(runner.run(["apt-get", "install", "-y", "-qq", *missing], Timeout.APT, env=env,
+                     label="apt"), fix)

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from core.commands import CommandRunner, Runner, check
 from core.errors import SuiteUsageError
+from core.timeouts import Timeout
 from kubevirtci.local.components import CACHE_ROOT
-from kubevirtci.runner import CommandRunner, StreamingRunner, check
 
 # libvirt 11.3 and QEMU 10.0: the generation KubeVirt 1.9 is built and tested with.
 SUITE = "trixie"
@@ -46,7 +47,7 @@ def build_root(recipe: RootRecipe, runner: CommandRunner | None = None) -> Path:
     """The root of ``recipe``, made with mmdebstrap when it is not cached."""
     if recipe.path.is_dir():
         return recipe.path
-    runner = runner or StreamingRunner()
+    runner = runner or Runner()
     staging = recipe.path.with_name(recipe.path.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     sys.stderr.write(f"[debian] {recipe.suite} root '{recipe.name}': {len(recipe.packages)} "
@@ -56,7 +57,7 @@ def build_root(recipe: RootRecipe, runner: CommandRunner | None = None) -> Path:
              for source in recipe.build_deps_of]
     argv += [recipe.suite, str(staging), f"deb {MIRROR} {recipe.suite} main",
              f"deb-src {MIRROR} {recipe.suite} main"]
-    result = runner.run(argv, label=f"debian {recipe.name}")
+    result = runner.run(argv, Timeout.DEBIAN_ROOT, label=f"debian {recipe.name}")
     if result.returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)
     check(result, f"check that {MIRROR} serves {recipe.suite} (mmdebstrap reads the archive "
@@ -78,7 +79,8 @@ def run_in_root(root: Path, script: str, binds: Sequence[Path] = (), env: dict[s
     outer = " && ".join([*mounts, 'exec chroot "$ROOT" env -i "$@"'])
     argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", outer, "sh",
             *environment, "sh", "-ec", script]
-    result = (runner or StreamingRunner()).run(argv, env={"ROOT": str(root)}, label=label)
+    result = (runner or Runner()).run(argv, Timeout.DEBIAN_ROOT, env={"ROOT": str(root)},
+                                      label=label)
     check(result, f"see the output above; the root is {root} (remove it to rebuild)")
 
 

@@ -12,11 +12,11 @@ import io
 import shutil
 from pathlib import Path
 
+from core.commands import CommandRunner
 from core.errors import SuiteUsageError
 from core.profile import GuestImage, KernelBoot
 from kubevirtci.local import components, debian, images
 from kubevirtci.local.debian import RootRecipe
-from kubevirtci.runner import CommandRunner
 
 # ``extract``: the packages' files, nothing configured or run.
 GUEST_ROOT = RootRecipe("guest", ("linux-image-cloud-amd64", "busybox-static"),

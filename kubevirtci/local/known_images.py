@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
 import sys
 import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.commands import QUIET, Runner, check
 from core.errors import SuiteUsageError
+from core.timeouts import Timeout
 from kubevirtci.local import components, debian, images
 from kubevirtci.provider import SANITY_CLIENT_IMAGE, SUITE_IMAGE
-from kubevirtci.runner import StreamingRunner, check
 
 DRIVER_IMAGE = "localhost/kdc/nvme-dra-driver:dev"  # as driver/deploy names it
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -56,10 +56,10 @@ def suite_files() -> dict[str, Path]:
     """Path in the image -> file of this checkout, for every source the suite runs from:
     the files git tracks (nothing a working tree happens to hold), or, outside a git
     checkout, every file but caches and the Go build modules."""
-    tracked = subprocess.run(["git", "ls-files", "-z", "--", *SUITE_SOURCES], cwd=PROJECT_DIR,
-                             capture_output=True, check=False)
-    if tracked.returncode == 0 and tracked.stdout:
-        relatives = [Path(p) for p in tracked.stdout.decode().split("\0") if p]
+    tracked = QUIET.run(["git", "ls-files", "-z", "--", *SUITE_SOURCES], Timeout.GIT,
+                        cwd=PROJECT_DIR)
+    if not tracked.failed and tracked.stdout:
+        relatives = [Path(p) for p in tracked.stdout.split("\0") if p]
     else:
         relatives = [path.relative_to(PROJECT_DIR) for entry in SUITE_SOURCES
                      for path in ((PROJECT_DIR / entry).rglob("*")
@@ -91,10 +91,10 @@ def python_packages() -> Path:
         staging = target.with_name(target.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         sys.stderr.write("[images] the suite's Python dependencies, from PyPI\n")
-        result = StreamingRunner().run(
+        result = Runner().run(
             [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile",
              "--python-version", "3.11", "--only-binary=:all:", "--target", str(staging),
-             *suite_dependencies()], label="pip")
+             *suite_dependencies()], Timeout.PIP_INSTALL, label="pip")
         check(result, "check that PyPI is reachable (pip's own settings apply)")
         staging.rename(target)
     return target

@@ -7,13 +7,13 @@ from its own image name, as it does from a registry."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from core.errors import SuiteUsageError
+from core.commands import output
+from core.timeouts import Timeout
 from kubevirtci.local import components, images, kubevirt_node
 from kubevirtci.local.kubevirt_module import BuildModule
 
@@ -85,13 +85,8 @@ def operator_manifest(version: str, bin_dir: Path, module_dir: Path, work: Path
 
 
 def _run(argv: list[str]) -> str:
-    result = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise SuiteUsageError(
-            f"{Path(argv[0]).name} failed ({result.returncode}): {result.stderr.strip()[-600:]}",
-            "check the KubeVirt build module and the module cache (`go mod download`)",
-        )
-    return result.stdout
+    return output(argv, Timeout.KUBEVIRT_RENDER,
+                  "check the KubeVirt build module and the module cache (`go mod download`)")
 
 
 def build(module: BuildModule, emulated_qemu: Path) -> tuple[list[Path], list[dict[str, Any]]]:

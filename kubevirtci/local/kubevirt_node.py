@@ -19,17 +19,16 @@ import re
 import shlex
 import shutil
 import struct
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from core.commands import QUIET, CommandRunner, check, output
 from core.errors import SuiteUsageError
-from kubevirtci.kubevirt_code import GO_TIMEOUT
+from core.timeouts import Timeout
 from kubevirtci.local import components, debian, images, kubevirt_module
 from kubevirtci.local.debian import RootRecipe
 from kubevirtci.local.kubevirt_module import BuildModule
-from kubevirtci.runner import CommandRunner
 
 # The programs and libraries a launcher's build links against, and libvirt's build.
 BUILD_ROOT = RootRecipe(
@@ -129,13 +128,10 @@ def launcher_programs(module: BuildModule, runner: CommandRunner | None = None) 
     packages = [f"kubevirt.io/kubevirt/cmd/{p}" for p in LAUNCHER_PROGRAMS]
     # The modules these packages need are fetched here, with this host's network and trust
     # store (listing them downloads them); the build root only reads the module cache.
-    listed = subprocess.run(["go", "list", f"-modfile={modfile}", "-mod=mod", "-deps",
-                             *packages], env={**os.environ, "CGO_ENABLED": "1"},
-                            cwd=module.folder, capture_output=True, text=True, check=False,
-                            timeout=GO_TIMEOUT)
-    if listed.returncode != 0:
-        raise SuiteUsageError(f"cannot fetch virt-launcher's modules: {listed.stderr[-600:]}",
-                              "check that the Go module proxy is reachable")
+    check(QUIET.run(["go", "list", f"-modfile={modfile}", "-mod=mod", "-deps", *packages],
+                    Timeout.GO_MODULES, env={**os.environ, "CGO_ENABLED": "1"},
+                    cwd=module.folder),
+          "check that the Go module proxy is reachable (virt-launcher's modules)")
     go_env = _go_env()
     sys.stderr.write(f"[build] virt-launcher {code.version} against trixie's libvirt and "
                      "libnbd (minutes when cold)\n")
@@ -162,8 +158,8 @@ gcc -static -O2 -o {shlex.quote(str(staging))}/container-disk \\
 
 def _go_env() -> dict[str, str]:
     keys = ("GOROOT", "GOMODCACHE", "GOCACHE", "GOTOOLCHAIN")
-    values = subprocess.run(["go", "env", *keys], capture_output=True, text=True,
-                            check=True).stdout.splitlines()
+    values = output(["go", "env", *keys], Timeout.GO_MODULES, "install Go 1.26 (README)"
+                    ).splitlines()
     return {key: value for key, value in zip(keys, values, strict=True) if value}
 
 

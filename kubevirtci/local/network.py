@@ -7,9 +7,11 @@ iptables are never touched: every command names a namespace."""
 from __future__ import annotations
 
 import ipaddress
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from core.commands import QUIET, output
+from core.timeouts import Timeout
 
 NETNS_DIR = Path("/run/netns")
 CLUSTER_NETNS = "kdc-cluster"
@@ -52,23 +54,14 @@ def netns_path(name: str) -> Path:
     return NETNS_DIR / name
 
 
-class NetworkError(RuntimeError):
-    pass
-
-
 def _ip(netns: str | None, *args: str) -> None:
-    argv = ["ip", *(["-n", netns] if netns else []), *args]
-    result = subprocess.run(argv, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise NetworkError(f"`{' '.join(argv)}` failed: {result.stderr.strip()}")
+    output(["ip", *(["-n", netns] if netns else []), *args], Timeout.HOST_SETUP)
 
 
 def _sysctl(netns: str, key: str, value: str) -> None:
     path = "/proc/sys/" + key.replace(".", "/")
-    argv = ["nsenter", f"--net={netns_path(netns)}", "sh", "-c", f"echo {value} > {path}"]
-    result = subprocess.run(argv, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise NetworkError(f"sysctl {key}={value} in {netns}: {result.stderr.strip()}")
+    output(["nsenter", f"--net={netns_path(netns)}", "sh", "-c", f"echo {value} > {path}"],
+           Timeout.HOST_SETUP, f"sysctl {key}={value} in {netns}")
 
 
 def create(nodes: list[NodeAddress]) -> None:
@@ -111,6 +104,6 @@ def remove(nodes: list[NodeAddress]) -> list[str]:
     removed = []
     for name in names:
         if netns_path(name).exists():
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            QUIET.run(["ip", "netns", "del", name], Timeout.HOST_SETUP)
             removed.append(f"network namespace {name}")
     return removed

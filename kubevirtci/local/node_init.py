@@ -26,7 +26,6 @@ import os
 import signal
 import socket
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
@@ -39,6 +38,19 @@ EMULATED_DEVICE_STATE = "/var/lib/kdc-emulated-pci"  # sysfs.DeviceStateRoot (dr
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWPID, CLONE_NEWCGROUP = 0x20000000, 0x02000000
+# mount(2) and umount2(2) flags (linux/mount.h), and the options mount(8) turns into them
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC = 0x400, 0x800, 0x1000, 0x4000
+MS_PRIVATE, MS_SHARED, MS_RELATIME, MS_STRICTATIME = 0x40000, 0x100000, 0x200000, 0x1000000
+MNT_DETACH = 0x2
+MOUNT_FLAG_OPTIONS = {"ro": MS_RDONLY, "rw": 0, "nosuid": MS_NOSUID, "nodev": MS_NODEV,
+                      "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
+                      "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME,
+                      "strictatime": MS_STRICTATIME}
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # glibc has no wrapper for pivot_root(2)
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                       ctypes.c_char_p]
 
 
 def cgroup_hierarchies() -> list[tuple[Path, str, str]]:
@@ -96,9 +108,8 @@ def unshare_and_fork(cgroup: str) -> int | None:
     """In the parent: wait for the node's PID 1 and return its exit status. In the child
     (PID 1 of the new namespaces): return None."""
     join_cgroup(cgroup)
-    libc = ctypes.CDLL(None, use_errno=True)
     flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWCGROUP
-    if libc.unshare(flags) != 0:
+    if LIBC.unshare(flags) != 0:
         raise SystemExit(f"node init: unshare: {os.strerror(ctypes.get_errno())}")
     # The namespace's root is the node's cgroup; its processes live in a leaf of it, as
     # cgroup v2 wants (no processes where pods' cgroups branch off).
@@ -111,10 +122,22 @@ def unshare_and_fork(cgroup: str) -> int | None:
     return os.waitstatus_to_exitcode(status)
 
 
-def mount(*args: str) -> None:
-    result = subprocess.run(["mount", *args], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"node init: mount {' '.join(args)}: {result.stderr.strip()}")
+def mount(target: Path | str, fstype: str | None = None, source: str | Path | None = None,
+          options: str = "", flags: int = 0) -> None:
+    """mount(2), as mount(8) calls it: ``options`` that are mount flags become flags,
+    the rest is the file system's own data."""
+    words = [o for o in options.split(",") if o]
+    flags |= sum(MOUNT_FLAG_OPTIONS.get(o, 0) for o in words)
+    data = ",".join(o for o in words if o not in MOUNT_FLAG_OPTIONS)
+    if LIBC.mount(_c(source if source is not None else fstype), _c(target), _c(fstype),
+                  flags, _c(data or None)) != 0:
+        what = " ".join(str(word) for word in (fstype, source) if word)
+        raise SystemExit(f"node init: mount {what} on {target} ({options or hex(flags)}): "
+                         f"{os.strerror(ctypes.get_errno())}")
+
+
+def _c(value: str | Path | None) -> bytes | None:
+    return None if value is None else os.fsencode(value)
 
 
 def bind(source: Path, target: Path, recursive: bool = False) -> None:
@@ -123,11 +146,11 @@ def bind(source: Path, target: Path, recursive: bool = False) -> None:
     else:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.touch(exist_ok=True)
-    mount("--rbind" if recursive else "--bind", str(source), str(target))
+    mount(target, source=source, flags=MS_BIND | (MS_REC if recursive else 0))
 
 
 def build_dev(dev: Path, emulation: Path) -> None:
-    mount("-t", "tmpfs", "-o", "mode=755,nosuid", "tmpfs", str(dev))
+    mount(dev, "tmpfs", options="mode=755,nosuid")
     for name in HOST_DEVICES:
         host = Path("/dev") / name
         if not host.exists():
@@ -137,12 +160,11 @@ def build_dev(dev: Path, emulation: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         os.mknod(target, stat.S_IFCHR | stat.S_IMODE(info.st_mode), info.st_rdev)
     (dev / "pts").mkdir()
-    mount("-t", "devpts", "-o", "newinstance,ptmxmode=0666,mode=620,gid=5", "devpts",
-          str(dev / "pts"))
+    mount(dev / "pts", "devpts", options="newinstance,ptmxmode=0666,mode=620,gid=5")
     os.symlink("pts/ptmx", dev / "ptmx")
     for name, fs in (("shm", "tmpfs"), ("mqueue", "mqueue")):
         (dev / name).mkdir()
-        mount("-t", fs, "-o", "nosuid,nodev", fs, str(dev / name))
+        mount(dev / name, fs, options="nosuid,nodev")
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
         os.symlink(target, dev / name)
@@ -151,15 +173,14 @@ def build_dev(dev: Path, emulation: Path) -> None:
 
 def build_root(node_dir: Path, emulation: Path) -> Path:
     """The node's root filesystem under ``node_dir/rootfs``, ready to pivot into."""
-    mount("--make-rprivate", "/")
+    mount("/", flags=MS_REC | MS_PRIVATE)
     root = node_dir / "rootfs"
     layer, work = node_dir / "layer", node_dir / "layer-work"
     for path in (root, layer, work):
         path.mkdir(parents=True, exist_ok=True)
-    mount("-t", "overlay", "-o", f"lowerdir=/,upperdir={layer},workdir={work}", "overlay",
-          str(root))
-    mount("-t", "proc", "proc", str(root / "proc"))
-    mount("-t", "sysfs", "sysfs", str(root / "sys"))
+    mount(root, "overlay", options=f"lowerdir=/,upperdir={layer},workdir={work}")
+    mount(root / "proc", "proc")
+    mount(root / "sys", "sysfs")
     mount_cgroups(root)
     for part in EMULATED_SYSFS:
         bind(emulation / "sys" / part, root / "sys" / part)
@@ -168,8 +189,7 @@ def build_root(node_dir: Path, emulation: Path) -> Path:
     # containers holding its VFIO group.
     bind(emulation / "devices", root / EMULATED_DEVICE_STATE.lstrip("/"))
     for tmp in ("run", "tmp"):
-        mount("-t", "tmpfs", "-o", "mode=755" if tmp == "run" else "mode=1777", "tmpfs",
-              str(root / tmp))
+        mount(root / tmp, "tmpfs", options="mode=755" if tmp == "run" else "mode=1777")
     bind(node_dir / "containerd", root / "var/lib/containerd")
     return root
 
@@ -180,30 +200,30 @@ def mount_cgroups(root: Path) -> None:
     hierarchies = cgroup_hierarchies()
     target = root / "sys/fs/cgroup"
     if any(mp == CGROUP_ROOT for mp, _, _ in hierarchies):  # cgroup v2 only
-        mount("-t", "cgroup2", "-o", "nosuid,nodev,noexec", "cgroup2", str(target))
+        mount(target, "cgroup2", options="nosuid,nodev,noexec")
         return
-    mount("-t", "tmpfs", "-o", "mode=755,nosuid,nodev,noexec", "tmpfs", str(target))
+    mount(target, "tmpfs", options="mode=755,nosuid,nodev,noexec")
     for mount_point, fstype, options in hierarchies:
         super_options = [o for o in options.split(",") if o not in ("rw", "ro")]
         where = target / mount_point.relative_to(CGROUP_ROOT)
         where.mkdir(parents=True, exist_ok=True)
         opts = ",".join(["nosuid", "nodev", "noexec", *super_options])
-        mount("-t", fstype, "-o", opts, fstype, str(where))
+        mount(where, fstype, options=opts)
 
 
 def pivot(root: Path) -> None:
     old = root / ".host"
     old.mkdir(exist_ok=True)
     os.chdir(root)
-    result = subprocess.run(["pivot_root", ".", ".host"], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"node init: pivot_root: {result.stderr.strip()}")
+    if LIBC.syscall(SYS_PIVOT_ROOT[os.uname().machine], b".", b".host") != 0:
+        raise SystemExit(f"node init: pivot_root: {os.strerror(ctypes.get_errno())}")
     os.chroot(".")
     os.chdir("/")
-    subprocess.run(["umount", "-l", "/.host"], check=True)
+    if LIBC.umount2(b"/.host", MNT_DETACH) != 0:
+        raise SystemExit(f"node init: umount /.host: {os.strerror(ctypes.get_errno())}")
     os.rmdir("/.host")
     # Shared, as systemd makes it on a real host: the kubelet's mount propagation needs it.
-    mount("--make-rshared", "/")
+    mount("/", flags=MS_REC | MS_SHARED)
 
 
 def reap_forever() -> None:

@@ -5,10 +5,10 @@ suite runs on the node."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
+from core.commands import QUIET, CommandFailed, Stdin
 from core.timeouts import Timeout
 from kubevirtci.local.layout import Layout
 from kubevirtci.local.network import NodeAddress, netns_path
@@ -70,15 +70,12 @@ class HermeticNode(Node):
                                     "(`python -m kubevirtci.local status`)")
         return ["nsenter", "-t", str(pid), "-m", "-u", "-i", "-n", "-p", "-C", "--"]
 
-    def run(self, argv: list[str], stdin: bytes | None = None) -> str:
-        result = subprocess.run([*self.enter(), *argv], input=stdin, capture_output=True,
-                                env=NODE_ENV)
-        if result.returncode != 0:
-            raise NodeCommandFailed(
-                f"on {self.name}: `{' '.join(argv)}` exited {result.returncode}: "
-                f"{result.stderr.decode(errors='replace').strip()[-800:]}"
-            )
-        return result.stdout.decode(errors="replace")
+    def run(self, argv: list[str], stdin: Stdin = None,
+            timeout: Timeout = Timeout.NODE_COMMAND) -> str:
+        result = QUIET.run([*self.enter(), *argv], timeout, stdin=stdin, env=NODE_ENV)
+        if result.failed:
+            raise NodeCommandFailed(f"on {self.name}: {CommandFailed(result)}")
+        return result.stdout
 
     # --- what runs on it -------------------------------------------------------------
     def service(self, name: str) -> str:
@@ -122,10 +119,11 @@ class HermeticNode(Node):
         self.supervisor.stop(self.service("kubelet"))
         self.supervisor.stop(self.service("kube-proxy"))
         if self.init_pid() is not None:
-            subprocess.run([*self.enter(), "sh", "-c",
-                            "for c in $(runc --root /run/containerd/runc/k8s.io list -q); do "
-                            "runc --root /run/containerd/runc/k8s.io delete --force $c; done"],
-                           capture_output=True)
+            # Best effort: whatever is left dies with the node's PID 1 below.
+            QUIET.run([*self.enter(), "sh", "-c",
+                       "for c in $(runc --root /run/containerd/runc/k8s.io list -q); do "
+                       "runc --root /run/containerd/runc/k8s.io delete --force $c; done"],
+                      Timeout.NODE_COMMAND, env=NODE_ENV)
         self.supervisor.stop(self.service(EMULATED_PCI_NRI_PLUGIN))
         self.supervisor.stop(self.service("containerd"))
         self.supervisor.stop(self.name)
@@ -144,5 +142,7 @@ class HermeticNode(Node):
         self.run([*self.ctr(), "images", "rm", *names])
 
     def import_image(self, archive: Path) -> None:
-        """``ctr images import`` from the archive streamed in, as ``kind load`` does."""
-        self.run([*self.ctr(), "images", "import", "--local", "-"], stdin=archive.read_bytes())
+        """``ctr images import`` from the archive streamed in (read as it is sent, never
+        whole into memory), as ``kind load`` does."""
+        self.run([*self.ctr(), "images", "import", "--local", "-"], stdin=archive,
+                 timeout=Timeout.IMAGE_IMPORT)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from core import commands
 from core.timeouts import Timeout, WaitFailed, WaitTimeout
 from core.waits import Stop, Verdict, poll
 
@@ -47,10 +47,7 @@ class Supervisor:
         self.pid_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with self.log_file(spec.name).open("ab") as log:
-            proc = subprocess.Popen(
-                spec.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, **(spec.env or {})}, start_new_session=True,
-            )
+            proc = commands.start(spec.argv, log=log, env={**os.environ, **(spec.env or {})})
         self.pid_file(spec.name).write_text(str(proc.pid))
         return proc.pid
 
