@@ -3,17 +3,17 @@ as waits do) and is killed when it runs out; stdin comes from bytes, text, a fil
 stream (a file is streamed, never read into memory); stdout and stderr are kept apart;
 a failure is one error type, ``CommandFailed``, naming the command, its exit status (or
 the timeout that stopped it) and the tail of its stderr. Long work shows its output as
-it comes, each line prefixed by a label. Providers take a ``CommandRunner`` so that unit
-tests can inject a recording one."""
+it comes, each line a record of the logger ``kdc.<label>``. Providers take a
+``CommandRunner`` so that unit tests can inject a recording one."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -93,7 +93,7 @@ class CommandRunner(Protocol):
 class Runner:
     """Runs a command in a session of its own, so that a timeout (or an interrupt of the
     run) ends the whole process group, the children of ``nsenter`` or ``make`` included.
-    With ``echo``, every line of output is shown as it comes, prefixed by the label."""
+    With ``echo``, every line of output is logged as it comes (logger ``kdc.<label>``)."""
 
     def __init__(self, echo: bool = True) -> None:
         self.echo = echo
@@ -150,13 +150,15 @@ class Runner:
         return CommandResult(argv, proc.returncode, "".join(out), "".join(err), timed_out)
 
     def _reader(self, stream: IO[bytes] | None, lines: list[str], label: str) -> threading.Thread:
+        output_log = logging.getLogger(f"kdc.{label}")
+
         def read() -> None:
             assert stream is not None
             for raw in stream:
                 line = raw.decode(errors="replace")
                 lines.append(line)
                 if self.echo:
-                    sys.stderr.write(f"[{label}] {line}")
+                    output_log.info(line.rstrip("\n"))
         return _started(read)
 
 

@@ -3,7 +3,7 @@ awaited with named timeouts (KubeVirt's installer is kubevirt_install.py)."""
 
 from __future__ import annotations
 
-import sys
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -15,9 +15,7 @@ from core.profile import DriverProfile
 from core.timeouts import Timeout, WaitTimeout
 from core.waits import Stop, Verdict, container_failure, has_condition, poll, wait_for
 
-
-def progress(message: str) -> None:
-    sys.stderr.write(f"[install] {message}\n")
+log = logging.getLogger("kdc.install")
 
 
 class DriverInstaller:
@@ -36,7 +34,7 @@ class DriverInstaller:
                     f"profile {self.profile.source} names missing manifest {manifest}",
                     "fix install.manifests in the profile (paths are relative to it)",
                 )
-            progress(f"applying {manifest}")
+            log.info(f"applying {manifest}")
             docs = [self.adapt(d) for d in yaml.safe_load_all(manifest.read_text()) if d]
             apply_documents(self.kube, docs)
             for doc in docs:
@@ -103,7 +101,7 @@ def pods_ready_on_every_node(pods: list[dict[str, Any]], nodes: int) -> Verdict:
 
 
 def wait_for_rollout(kube: Kube, name: str, namespace: str) -> None:
-    progress(f"waiting for DaemonSet {namespace}/{name} to roll out")
+    log.info(f"waiting for DaemonSet {namespace}/{name} to roll out")
     ds = wait_for(kube, "DaemonSet", name, namespace, daemonset_rolled_out,
                   Timeout.DRIVER_READY, "DaemonSet rollout (updated and ready on every node)")
     assert ds is not None

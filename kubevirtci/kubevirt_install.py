@@ -17,7 +17,7 @@ from core.kube import Kube
 from core.timeouts import Timeout, WaitFailed, WaitTimeout
 from core.waits import Verdict, has_condition, is_absent, poll, wait_for
 from kubevirtci.discovery import DRA_GATES, parse_version
-from kubevirtci.installers import pod_failure, pods_of, progress
+from kubevirtci.installers import log, pod_failure, pods_of
 
 NVME_DEVICE_PLUGIN = {
     "pciVendorSelector": "1b36:0010",
@@ -97,14 +97,14 @@ class KubeVirtInstaller:
         action = "already installed"
         installed = installed_version(cr)
         if cr is not None and self.manifest is not None and installed != self.version:
-            progress(f"KubeVirt {installed} is installed: removing it for {self.version}")
+            log.info(f"KubeVirt {installed} is installed: removing it for {self.version}")
             self._remove(cr)
             cr, action = None, f"replaced {installed}: "
         if cr is None:
             if self.manifest is None:
                 raise SuiteUsageError("KubeVirt was to be deployed, and no KubeVirt CR exists",
                                       "check the deployment's output above")
-            progress(f"installing KubeVirt {self.version}: operator manifest")
+            log.info(f"installing KubeVirt {self.version}: operator manifest")
             docs = self.manifest()
             for doc in docs:
                 self.kube.apply(doc)
@@ -115,14 +115,14 @@ class KubeVirtInstaller:
                      "the KubeVirt CRD to be established")
             wait_for_deployment(self.kube, operator["metadata"]["name"], namespace,
                                 Timeout.KUBEVIRT_OPERATOR_READY)
-            progress("creating the KubeVirt CR (DRA gates, HostDevices, NVMe device plugin)")
+            log.info("creating the KubeVirt CR (DRA gates, HostDevices, NVMe device plugin)")
             cr = self.kube.apply(kubevirt_cr(namespace, self.configuration))
             action = ("" if action == "already installed" else action) + \
                 f"installed {self.version} with its operator"
         patch = kubevirt_cr_patch(cr)
         namespace, name = cr["metadata"]["namespace"], cr["metadata"]["name"]
         if patch is not None:
-            progress(f"enabling {', '.join(DRA_GATES)} and the NVMe device-plugin path")
+            log.info(f"enabling {', '.join(DRA_GATES)} and the NVMe device-plugin path")
             self.kube.patch("KubeVirt", name, patch, namespace)
             action += ", DRA gates enabled"
         for component in CONTROL_PLANE:
@@ -170,7 +170,7 @@ def deployment_available(kube: Kube, name: str, namespace: str) -> Verdict:
 
 
 def wait_for_deployment(kube: Kube, name: str, namespace: str, timeout: Timeout) -> None:
-    progress(f"waiting for {namespace}/{name}")
+    log.info(f"waiting for {namespace}/{name}")
     try:
         poll(lambda: deployment_available(kube, name, namespace), timeout,
              f"{name} to be available")

@@ -161,5 +161,10 @@ class Provider(ABC):
         """Fit a driver manifest to this provider (image location, node paths)."""
         return doc
 
+    def collect_logs(self, dest: Path) -> list[Path]:
+        """The cluster components' logs (kind's ``export logs``), the last part of each,
+        written into ``dest``; a provider that cannot reach them writes none."""
+        return []
+
     @abstractmethod
     def down(self) -> None: ...

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from core.errors import SuiteUsageError
+from core.log import log_to_stderr
 from kubevirtci.provider import SANITY_CLIENT_IMAGE, SUITE_IMAGE
 from reports import bundle, sonobuoy
 from reports.catalog import document, marked_tests
@@ -18,6 +19,7 @@ DOCUMENT = ROOT / "docs" / "requirements.md"
 
 
 def main() -> int:
+    log_to_stderr()
     parser = argparse.ArgumentParser(prog="python -m reports")
     commands = parser.add_subparsers(dest="command", required=True)
     catalog = commands.add_parser("catalog", help="write the requirements reference")

@@ -27,9 +27,11 @@ def _digest(path: Path) -> str:
 
 
 def write(bundle: Path, files: Mapping[str, Path | None], facts: Mapping[str, object],
-          results: Mapping[str, object], failures: Path | None) -> Path:
-    """Assemble ``bundle`` from the run's outputs (absent ones are left out) and seal it.
-    Whatever an earlier run left in the folder goes first."""
+          results: Mapping[str, object], failures: Path | None,
+          folders: Mapping[str, Path] | None = None) -> Path:
+    """Assemble ``bundle`` from the run's outputs (absent ones are left out) and seal it:
+    ``files`` and ``folders`` (such as the cluster components' logs) by their name in
+    it. Whatever an earlier run left in the folder goes first."""
     shutil.rmtree(bundle, ignore_errors=True)
     bundle.mkdir(parents=True)
     for name, source in files.items():
@@ -37,6 +39,9 @@ def write(bundle: Path, files: Mapping[str, Path | None], facts: Mapping[str, ob
             shutil.copyfile(source, bundle / name)
     if failures is not None and failures.is_dir():
         shutil.copytree(failures, bundle / "failures", dirs_exist_ok=True)
+    for name, folder in (folders or {}).items():
+        if folder.is_dir():
+            shutil.copytree(folder, bundle / name, dirs_exist_ok=True)
     (bundle / FACTS).write_text(json.dumps(facts, indent=1, sort_keys=True))
     (bundle / RESULTS).write_text(json.dumps(results, indent=1, sort_keys=True))
     lines = [f"{_digest(p)}  {p.relative_to(bundle)}" for p in sorted(bundle.rglob("*"))

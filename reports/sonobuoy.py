@@ -8,6 +8,7 @@ results folder and names it in the ``done`` file, as Sonobuoy's worker waits for
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import sys
@@ -21,11 +22,13 @@ import yaml
 
 from core.commands import Runner
 from core.errors import SuiteUsageError
+from core.log import log_to_stderr
 from core.profile import PROFILES_DIR
 from core.profile import load as load_profile
 from core.timeouts import Timeout
 from kubevirtci.provider import SANITY_CLIENT_IMAGE, SUITE_IMAGE
 
+log = logging.getLogger("kdc.sonobuoy")
 PLUGIN_NAME = "kubevirt-dra-conformance"
 RESULTS_DIR = "/tmp/sonobuoy/results"  # Sonobuoy's default (SONOBUOY_RESULTS_DIR)
 CONFIG_DIR = "/tmp/sonobuoy/config"  # where Sonobuoy mounts the plugin's config-map
@@ -88,12 +91,12 @@ def run(env: Mapping[str, str]) -> int:
     results = Path(env.get("SONOBUOY_RESULTS_DIR", RESULTS_DIR))
     results.mkdir(parents=True, exist_ok=True)
     argv = suite_argv(results, shlex.split(env.get("KDC_PYTEST_ARGS", "")))
-    print(f"[sonobuoy] {shlex.join(argv)}", flush=True)
+    log.info(shlex.join(argv))
     # Echoed live: the container log is the run's console.
     result = Runner().run(argv, Timeout.SONOBUOY_RUN, label="suite")
     tail = (result.stdout + result.stderr).splitlines(keepends=True)[-VERDICT_TAIL_LINES:]
     session_verdict(results / JUNIT, result.returncode, "".join(tail))
-    print(f"[sonobuoy] results: {pack(results)}", flush=True)
+    log.info(f"results: {pack(results)}")
     return 0
 
 
@@ -142,4 +145,5 @@ def plugin_yaml(**options: Any) -> str:
 
 
 if __name__ == "__main__":
+    log_to_stderr()
     sys.exit(run(os.environ))

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.commands import QUIET, Runner  # noqa: E402
 from core.kube import Kube, load_api_client  # noqa: E402
+from core.log import log_to_stderr  # noqa: E402
 from core.profile import load as load_profile  # noqa: E402
 from core.timeouts import Timeout  # noqa: E402
 from core.waits import has_condition, wait_for  # noqa: E402
@@ -216,6 +217,7 @@ def conformance_run(tag: str, workers: int) -> dict[str, object]:
 
 
 def main() -> int:
+    log_to_stderr()
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=1, help="consecutive runs for flakes")
     parser.add_argument("--skip-parallel", action="store_true")

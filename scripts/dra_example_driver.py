@@ -15,6 +15,7 @@ against it with ``profiles/dra-example-gpu.yaml``, as a vendor runs it against t
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.commands import CommandFailed, Runner, check  # noqa: E402
 from core.errors import SuiteUsageError  # noqa: E402
+from core.log import log_to_stderr  # noqa: E402
 from core.timeouts import Timeout  # noqa: E402
 from kubevirtci.installers import wait_for_slices  # noqa: E402
 from kubevirtci.local import components, images  # noqa: E402
@@ -38,8 +40,7 @@ RELEASE = NAMESPACE = "dra-example-driver"  # as the driver's README installs it
 DRIVER_NAME = "gpu.example.com"  # the chart's default device profile, "gpu"
 
 
-def progress(message: str) -> None:
-    sys.stderr.write(f"[dra-example-driver] {message}\n")
+log = logging.getLogger("kdc.example-driver")
 
 
 def helm(cluster: LocalCluster, *args: str, echo: bool = True) -> str:
@@ -65,25 +66,25 @@ def install(cluster: LocalCluster) -> None:
     archive = cluster.image_archive(
         f"dra-example-driver-{DRIVER.version}",
         lambda: images.dra_example_driver_image(IMAGE, components.build(DRIVER)))
-    progress(f"importing {IMAGE} into the nodes")
+    log.info(f"importing {IMAGE} into the nodes")
     cluster.load_image_archive(archive)
-    progress(f"helm upgrade --install {RELEASE} ({MODULE} {DRIVER.version} chart)")
+    log.info(f"helm upgrade --install {RELEASE} ({MODULE} {DRIVER.version} chart)")
     helm(cluster, "upgrade", "--install", RELEASE, str(chart()), "--namespace", NAMESPACE,
          "--create-namespace", "--wait", "--timeout", f"{Timeout.DRIVER_READY.seconds:.0f}s")
-    progress(f"waiting for ResourceSlices of {DRIVER_NAME}")
+    log.info(f"waiting for ResourceSlices of {DRIVER_NAME}")
     wait_for_slices(cluster.kube(), DRIVER_NAME)
-    progress("installed")
+    log.info("installed")
 
 
 def uninstall(cluster: LocalCluster) -> None:
     if not cluster.running():
-        progress("the hermetic cluster is not running: nothing to uninstall")
+        log.info("the hermetic cluster is not running: nothing to uninstall")
         return
     releases = helm(cluster, "list", "--namespace", NAMESPACE, "--short", echo=False)
     if RELEASE in releases.split():
         helm(cluster, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait")
     cluster.kube().delete("Namespace", NAMESPACE)
-    progress("uninstalled")
+    log.info("uninstalled")
 
 
 def render(cluster: LocalCluster) -> None:
@@ -92,6 +93,7 @@ def render(cluster: LocalCluster) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    log_to_stderr()
     top = argparse.ArgumentParser(description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("command", choices=("install", "uninstall", "render"))

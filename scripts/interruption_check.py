@@ -24,6 +24,7 @@ from urllib3.exceptions import HTTPError  # noqa: E402
 
 from core.commands import start  # noqa: E402
 from core.kube import RUN_ID_LABEL, Kube, load_api_client  # noqa: E402
+from core.log import log_to_stderr  # noqa: E402
 from core.retry import is_transient  # noqa: E402
 from fixtures.cleanup import objects_of_run  # noqa: E402
 from kubevirtci.local.cluster import LocalCluster  # noqa: E402
@@ -53,6 +54,7 @@ def first_vmi(kube: Kube, run_id: str) -> str | None:
 
 
 def main() -> int:
+    log_to_stderr()
     OUTPUT.mkdir(parents=True, exist_ok=True)
     run_id = "sigterm" + secrets.token_hex(3)
     argv = [sys.executable, "-m", "pytest", "suites", "-k", TEST, "--keep-cluster",

@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.commands import output  # noqa: E402
 from core.errors import SuiteUsageError  # noqa: E402
+from core.log import log_to_stderr  # noqa: E402
 from core.timeouts import Timeout  # noqa: E402
 from kubevirtci.kubevirt_code import MODULE, STAGING, download, release_code  # noqa: E402
 
@@ -56,6 +57,7 @@ def make_tree(dest: Path, version: str) -> Path:
 
 
 def main() -> int:
+    log_to_stderr()
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dest", type=Path)

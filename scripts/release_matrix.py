@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from core.commands import Runner  # noqa: E402
+from core.log import log_to_stderr  # noqa: E402
 from core.timeouts import Timeout  # noqa: E402
 from reports.matrix import document, read_run  # noqa: E402
 
@@ -49,6 +50,7 @@ def run_release(release: str, extra: list[str]) -> tuple[int, float]:
 
 
 def main() -> int:
+    log_to_stderr()
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--releases", default=",".join(SERVED),

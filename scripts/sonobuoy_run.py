@@ -13,6 +13,7 @@ retrieve`` and ``sonobuoy results``: the run fails unless the plugin's JUnit pas
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.commands import CommandFailed, Runner, check  # noqa: E402
 from core.errors import SuiteUsageError  # noqa: E402
+from core.log import log_to_stderr  # noqa: E402
 from core.profile import load as load_profile  # noqa: E402
 from core.timeouts import Timeout  # noqa: E402
 from kubevirtci.installers import DriverInstaller  # noqa: E402
@@ -36,8 +38,7 @@ SONOBUOY_IMAGE = f"localhost/kdc/sonobuoy:{SONOBUOY.version}"
 OUTPUT = ROOT / "_output" / "sonobuoy"
 
 
-def progress(message: str) -> None:
-    sys.stderr.write(f"[sonobuoy] {message}\n")
+log = logging.getLogger("kdc.sonobuoy")
 
 
 def sonobuoy_cli(cluster: LocalCluster | None, *args: str,
@@ -57,7 +58,7 @@ def load_images(cluster: LocalCluster, profile_images: tuple[str, ...]) -> None:
         entrypoint=["/sonobuoy"]))
     cluster.load_image_archive(archive)
     for image in (SUITE_IMAGE, SANITY_CLIENT_IMAGE, *profile_images):
-        progress(f"building and importing {image}")
+        log.info(f"building and importing {image}")
         known_image(image)  # one clear error for an image this project does not build
         cluster.load_known_image(image)
 
@@ -73,11 +74,11 @@ def run(profile_name: str, pytest_args: str) -> int:
     cluster = LocalCluster()
     cluster.up()
     load_images(cluster, profile.images)
-    progress(DriverInstaller(cluster.kube(), profile).install())
+    log.info(DriverInstaller(cluster.kube(), profile).install())
     OUTPUT.mkdir(parents=True, exist_ok=True)
     plugin = OUTPUT / "plugin.yaml"
     plugin.write_text(sonobuoy.plugin_yaml(profile=profile_name, pytest_args=pytest_args))
-    progress(f"sonobuoy run --plugin {plugin}")
+    log.info(f"sonobuoy run --plugin {plugin}")
     try:
         sonobuoy_cli(cluster, "run", "--plugin", str(plugin), "--sonobuoy-image",
                      SONOBUOY_IMAGE, "--image-pull-policy", "IfNotPresent",
@@ -90,11 +91,12 @@ def run(profile_name: str, pytest_args: str) -> int:
     finally:
         sonobuoy_cli(cluster, "delete", f"--wait={Timeout.NAMESPACE_DELETED.seconds // 60:.0f}")
     status = plugin_status(results)
-    progress(f"plugin {sonobuoy.PLUGIN_NAME}: {status}; results in {tarball}")
+    log.info(f"plugin {sonobuoy.PLUGIN_NAME}: {status}; results in {tarball}")
     return 0 if status == "passed" else 1
 
 
 def main() -> int:
+    log_to_stderr()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="reference-nvme")
     parser.add_argument("--pytest-args", default="-m 'driver_sanity or pod_dra'",

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from core.commands import Runner  # noqa: E402
+from core.log import log_to_stderr  # noqa: E402
 from core.timeouts import Timeout  # noqa: E402
 from scripts.kubevirt_tree import make_tree  # noqa: E402
 
@@ -58,6 +59,7 @@ def failure_message(junit: Path) -> str | None:
 
 
 def main() -> int:
+    log_to_stderr()
     shutil.rmtree(OUTPUT, ignore_errors=True)
     OUTPUT.mkdir(parents=True)
     make_tree(TREE, "v1.9.0")

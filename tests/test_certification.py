@@ -55,7 +55,7 @@ def test_phase_reports_give_the_test_outcome():
     assert outcome(setup_ok) is None
 
 
-def make_bundle(tmp_path, emulated=(EMULATED,)):
+def make_bundle(tmp_path, emulated=(EMULATED,), folders=None):
     tmp_path.mkdir(parents=True, exist_ok=True)
     junit = tmp_path / "junit.xml"
     junit.write_text('<testsuites><testsuite name="pytest"><properties>'
@@ -68,7 +68,7 @@ def make_bundle(tmp_path, emulated=(EMULATED,)):
     facts = {"kubernetes_version": "v1.37.2", "driver": "nvme.dra", "emulated": list(emulated)}
     results = fold(passing_outcomes(), requirement_tests())
     return bundle.write(tmp_path / "bundle", {bundle.JUNIT: junit, "report.html": None},
-                        facts, results, tmp_path / "failures")
+                        facts, results, tmp_path / "failures", folders)
 
 
 def test_a_bundle_from_a_passing_run_verifies_and_says_it_was_emulated(tmp_path):
@@ -185,18 +185,44 @@ def test_a_bundle_without_its_facts_is_rejected_not_crashed(tmp_path):
     assert bundle.verify(path)[0] == [f"missing file: {bundle.FACTS}"]
 
 
-def test_the_console_is_kept_as_the_terminal_showed_it(tmp_path):
-    import io
+def report(nodeid, when, outcome, longrepr=None, **extra):
+    made = pytest.TestReport(nodeid, ("f.py", 1, nodeid), {}, outcome, longrepr, when,
+                             sections=extra.pop("sections", ()), duration=1.25)
+    for key, value in extra.items():
+        setattr(made, key, value)
+    return made
 
-    from fixtures.console import Tee
 
-    terminal, log = io.StringIO(), (tmp_path / "console.log").open("w")
-    tee = Tee(terminal, log)
-    tee.write("suites/test_x.py .")
-    tee.flush()
-    log.close()
-    assert terminal.getvalue() == (tmp_path / "console.log").read_text() == "suites/test_x.py ."
-    assert tee.isatty() is False
+def test_the_console_record_holds_progress_results_failures_and_counts(tmp_path):
+    import logging
+
+    from fixtures.console import PROJECT_LOGGER, ConsoleRecord
+
+    record = ConsoleRecord(tmp_path / "console.log")
+    logger = logging.getLogger(PROJECT_LOGGER)
+    logger.setLevel(logging.INFO)
+    logger.addHandler(record.handler)
+    try:
+        logging.getLogger("kdc.local").info("reusing the running cluster")
+        for made in [report("t::ok", "setup", "passed"), report("t::ok", "call", "passed"),
+                     report("t::bad", "call", "failed", "assert 1 == 2",
+                            sections=[("Captured log call", "kdc.cleanup: gone")]),
+                     report("t::skip", "setup", "skipped", ("f.py", 1, "Skipped: no KVM")),
+                     report("t::xf", "call", "skipped", None, wasxfail="kubevirt#1"),
+                     report("t::td", "teardown", "failed", "namespace stuck")]:
+            record.pytest_runtest_logreport(made)
+        record.pytest_terminal_summary(exitstatus=1)
+    finally:
+        logger.removeHandler(record.handler)
+        record.close()
+    text = (tmp_path / "console.log").read_text()
+    assert "[kdc.local] reusing the running cluster" in text
+    assert "t::ok PASSED 1.2s" in text and "t::bad FAILED" in text
+    assert "assert 1 == 2" in text and "kdc.cleanup: gone" in text
+    assert "t::skip SKIPPED (at setup)" in text and "Skipped: no KVM" in text
+    assert "t::xf XFAILED" in text and "t::td ERROR (at teardown)" in text
+    assert text.rstrip().endswith(
+        "== 1 error, 1 failed, 1 passed, 1 skipped, 1 xfailed; exit status 1")
 
 
 FLAKY_TEST = """

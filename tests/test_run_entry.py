@@ -40,7 +40,7 @@ def test_collect_only_builds_nothing_and_writes_no_bundle(tmp_path):
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "tests collected" in output
-    assert "[build]" not in output and "[local]" not in output  # no cluster, no build
+    assert "[kdc.build]" not in output and "[kdc.local]" not in output  # no cluster, no build
     assert "certification bundle" not in output and not (out / "bundle").exists()
 
 

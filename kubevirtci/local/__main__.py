@@ -9,6 +9,7 @@ from pathlib import Path
 
 from core.commands import CommandFailed
 from core.errors import SuiteUsageError
+from core.log import log_to_stderr
 from kubevirtci.local.cluster import DEFAULT_NVME, LocalCluster
 from kubevirtci.local.known_images import DRIVER_IMAGE, KNOWN_IMAGES, build_known_archive
 
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    log_to_stderr()
     args = parser().parse_args(argv)
     try:
         run(args)

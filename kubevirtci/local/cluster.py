@@ -6,8 +6,8 @@ EMULATED (see driver/emulation): there is no PCI bus here."""
 
 from __future__ import annotations
 
+import logging
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,16 +29,13 @@ from kubevirtci.local.pki import CertificateAuthority
 from kubevirtci.local.processes import ProcessSpec, Supervisor
 from kubevirtci.provider import NVME_PER_NODE
 
+log = logging.getLogger("kdc.local")
+
 if TYPE_CHECKING:
     from core.kube import Kube
 
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 BUSYBOX_IMAGE = "localhost/kdc/busybox:dev"
-
-
-def progress(message: str) -> None:
-    sys.stderr.write(f"[local] {message}\n")
-    sys.stderr.flush()
 
 
 # Each node's EMULATED NVMe controllers, by media size.
@@ -89,7 +86,7 @@ class LocalCluster:
             bin_dir = components.build(component)
             for program in component.programs():
                 self.bins[program] = bin_dir / program
-        progress(f"binaries ready in {time.monotonic() - start:.0f}s "
+        log.info(f"binaries ready in {time.monotonic() - start:.0f}s "
                  f"(cache {components.CACHE_ROOT})")
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -111,27 +108,27 @@ class LocalCluster:
         start = time.monotonic()
         self.build()
         if self.running():
-            progress(f"reusing the running cluster ({self.layout.root})")
+            log.info(f"reusing the running cluster ({self.layout.root})")
             return self.layout.admin_kubeconfig
         if self.layout.root.exists() or network.exists():
             # State of a stopped or killed run: sweep it and start clean (a new cluster
             # takes seconds; half-alive state would cost more to debug).
-            progress(f"sweeping stale cluster state in {self.layout.root}")
+            log.info(f"sweeping stale cluster state in {self.layout.root}")
             self.down(force=True)
         config = self.config()
         if port_in_use(config.apiserver):
             raise SuiteUsageError(f"the API server port {config.apiserver} is taken",
                                   f"delete {self.layout.config_file} to pick a new port")
         creds = self.control_plane.issue(config)
-        progress("creating the cluster network (namespaces kdc-cluster, "
+        log.info("creating the cluster network (namespaces kdc-cluster, "
                  + ", ".join(a.netns for a in config.addresses()) + ")")
         network.create(config.addresses())
-        progress("starting the control plane (etcd, kube-apiserver, controller-manager, "
+        log.info("starting the control plane (etcd, kube-apiserver, controller-manager, "
                  "scheduler)")
         self.control_plane.start(config, creds)
         for node in self.nodes():
             self._prepare_node(node, config, creds)
-            progress(f"booting {node.name} ({node.address.ip}): EMULATED NVMe {config.nvme}, "
+            log.info(f"booting {node.name} ({node.address.ip}): EMULATED NVMe {config.nvme}, "
                      "containerd")
             node.boot()
             node.start_services()
@@ -143,7 +140,7 @@ class LocalCluster:
         for node in self.nodes():
             node.start_kubernetes()
         self._await_nodes_ready(config)
-        progress(f"cluster ready in {time.monotonic() - start:.0f}s; kubeconfig "
+        log.info(f"cluster ready in {time.monotonic() - start:.0f}s; kubeconfig "
                  f"{self.layout.admin_kubeconfig}")
         return self.layout.admin_kubeconfig
 
@@ -191,7 +188,7 @@ class LocalCluster:
             return ready_nodes >= set(config.nodes) and kube.find(
                 "ServiceAccount", "default", "default") is not None
 
-        progress(f"waiting for {', '.join(config.nodes)} to be Ready")
+        log.info(f"waiting for {', '.join(config.nodes)} to be Ready")
         self._await(f"{config.nodes[-1]}-kubelet", ready, "nodes")
         # The first node is the control-plane node, as in kubevirtci and kind (kubeadm
         # labels it; a kubelet may not label itself node-role.*). KubeVirt places its
@@ -288,7 +285,7 @@ class LocalCluster:
             spec = pod["spec"]
             if spec.get("nodeName") == node and any(
                     c["image"] in image_names for c in spec["containers"]):
-                progress(f"{node}: replacing pod {pod['metadata']['namespace']}/"
+                log.info(f"{node}: replacing pod {pod['metadata']['namespace']}/"
                          f"{pod['metadata']['name']} (its image changed)")
                 kube.delete("Pod", pod["metadata"]["name"], pod["metadata"]["namespace"])
 

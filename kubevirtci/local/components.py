@@ -5,9 +5,9 @@ scratch; a failed build leaves no partial entry behind."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from core.commands import CommandRunner, Runner, check, output
 from core.errors import SuiteUsageError
 from core.timeouts import Timeout
+
+log = logging.getLogger("kdc.build")
 
 if TYPE_CHECKING:
     from kubevirtci.local.kubevirt_module import BuildModule
@@ -167,10 +169,9 @@ def build(component: Component, runner: CommandRunner | None = None) -> Path:
     if component.tags:
         argv += ["-tags", component.tags]
     argv += ["-o", str(staging) + "/", *component.packages]
-    sys.stderr.write(
-        f"[build] {component.name} {component.version}: building {', '.join(component.programs())}"
-        " (cold builds take minutes; package names stream below)\n"
-    )
+    log.info(f"{component.name} {component.version}: building "
+             f"{', '.join(component.programs())} (cold builds take minutes; package names "
+             "stream below)")
     env = {**os.environ, "CGO_ENABLED": "1" if component.cgo else "0"}
     result = runner.run(argv, Timeout.GO_BUILD, env=env, cwd=component.module_dir,
                         label=f"build {component.name}")
@@ -203,7 +204,7 @@ def check_host_packages(runner: CommandRunner | None = None) -> None:
         raise SuiteUsageError(f"the hermetic cluster needs Debian packages {', '.join(missing)}",
                               fix)
     runner = runner or Runner()
-    sys.stderr.write(f"[prereqs] installing Debian packages {', '.join(missing)}\n")
+    log.info(f"installing Debian packages {', '.join(missing)}")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     check(runner.run(["apt-get", "update", "-qq"], Timeout.APT, env=env, label="apt"), fix)
     check(runner.run(["apt-get", "install", "-y", "-qq", *missing], Timeout.APT, env=env,

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shlex
 import shutil
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,6 +19,8 @@ from core.commands import CommandRunner, Runner, check
 from core.errors import SuiteUsageError
 from core.timeouts import Timeout
 from kubevirtci.local.components import CACHE_ROOT
+
+log = logging.getLogger("kdc.debian")
 
 # libvirt 11.3 and QEMU 10.0: the generation KubeVirt 1.9 is built and tested with.
 SUITE = "trixie"
@@ -50,8 +52,8 @@ def build_root(recipe: RootRecipe, runner: CommandRunner | None = None) -> Path:
     runner = runner or Runner()
     staging = recipe.path.with_name(recipe.path.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
-    sys.stderr.write(f"[debian] {recipe.suite} root '{recipe.name}': {len(recipe.packages)} "
-                     "packages from the Debian archive (about a minute)\n")
+    log.info(f"{recipe.suite} root '{recipe.name}': {len(recipe.packages)} "
+             "packages from the Debian archive (about a minute)")
     argv = ["mmdebstrap", f"--variant={recipe.variant}", "--include=" + ",".join(recipe.packages)]
     argv += [f'--customize-hook=chroot "$1" apt-get build-dep -y -q {shlex.quote(source)}'
              for source in recipe.build_deps_of]

@@ -5,6 +5,7 @@ Each is keyed by the content it is built from, so a cached archive is never stal
 from __future__ import annotations
 
 import hashlib
+import logging
 import shutil
 import sys
 import tomllib
@@ -17,6 +18,8 @@ from core.errors import SuiteUsageError
 from core.timeouts import Timeout
 from kubevirtci.local import components, debian, images
 from kubevirtci.provider import SANITY_CLIENT_IMAGE, SUITE_IMAGE
+
+log = logging.getLogger("kdc.images")
 
 DRIVER_IMAGE = "localhost/kdc/nvme-dra-driver:dev"  # as driver/deploy names it
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -90,7 +93,7 @@ def python_packages() -> Path:
     if not target.is_dir():
         staging = target.with_name(target.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
-        sys.stderr.write("[images] the suite's Python dependencies, from PyPI\n")
+        log.info("the suite's Python dependencies, from PyPI")
         result = Runner().run(
             [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile",
              "--python-version", "3.11", "--only-binary=:all:", "--target", str(staging),

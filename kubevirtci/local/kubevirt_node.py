@@ -14,12 +14,12 @@ configuration, at exactly the version of the image's libvirt."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import shlex
 import shutil
 import struct
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +29,8 @@ from core.timeouts import Timeout
 from kubevirtci.local import components, debian, images, kubevirt_module
 from kubevirtci.local.debian import RootRecipe
 from kubevirtci.local.kubevirt_module import BuildModule
+
+log = logging.getLogger("kdc.build")
 
 # The programs and libraries a launcher's build links against, and libvirt's build.
 BUILD_ROOT = RootRecipe(
@@ -91,7 +93,7 @@ def virtqemud(runner: CommandRunner | None = None) -> Path:
     source = debian.fetch_source(build_root, source_name, version, work, runner)
     # Debian's configuration (debian/rules), then only the daemon's target; the RUNPATH
     # meson gives build-tree programs goes, as an install would drop it.
-    sys.stderr.write(f"[build] virtqemud {version} from Debian's libvirt source (a minute)\n")
+    log.info(f"virtqemud {version} from Debian's libvirt source (a minute)")
     debian.run_in_root(build_root, f"""
 cd {shlex.quote(str(source))}
 DEB_BUILD_OPTIONS="nocheck parallel=2" debian/rules override_dh_auto_configure >build.log 2>&1 \
@@ -133,15 +135,15 @@ def launcher_programs(module: BuildModule, runner: CommandRunner | None = None) 
                     cwd=module.folder),
           "check that the Go module proxy is reachable (virt-launcher's modules)")
     go_env = _go_env()
-    sys.stderr.write(f"[build] virt-launcher {code.version} against trixie's libvirt and "
-                     "libnbd (minutes when cold)\n")
-    log = shlex.quote(str(work / "build.log"))
+    log.info(f"virt-launcher {code.version} against trixie's libvirt and "
+             "libnbd (minutes when cold)")
+    out = shlex.quote(str(work / "build.log"))
     debian.run_in_root(build_root, f"""
 cd {shlex.quote(str(module.folder))}
 go build -modfile={shlex.quote(str(modfile))} -trimpath \\
   -ldflags {shlex.quote(code.ldflags)} -o {shlex.quote(str(staging))}/ \\
   {" ".join(packages)} \\
-  >{log} 2>&1 || {{ grep -v -e warning: -e note: -e '^ *[0-9]* |' {log} | tail -40; exit 1; }}
+  >{out} 2>&1 || {{ grep -v -e warning: -e note: -e '^ *[0-9]* |' {out} | tail -40; exit 1; }}
 gcc -static -O2 -o {shlex.quote(str(staging))}/container-disk \\
   {shlex.quote(str(code.source / "cmd/container-disk-v2alpha/main.c"))}
 """, binds=[Path(go_env["GOROOT"]), Path(go_env["GOMODCACHE"]), Path(go_env["GOCACHE"]),
@@ -285,7 +287,7 @@ def image_archives(module: BuildModule, image_name: Callable[[str], str],
                              ).hexdigest()[:12]
         archive = folder / f"{program}-{key}.tar"
         if not archive.is_file():
-            sys.stderr.write(f"[images] {image_name(program)}: writing its OCI archive\n")
+            log.info(f"{image_name(program)}: writing its OCI archive")
             partial = archive.with_suffix(".partial")
             images.write_oci_archive(spec(), partial)
             partial.rename(archive)

@@ -75,6 +75,22 @@ class Supervisor:
             raise RuntimeError(f"{err}. Last log lines of {name}:\n{self.tail(name)}\n"
                                f"Fix: see {self.log_file(name)}") from err
 
+    def export_logs(self, dest: Path, max_bytes: int) -> list[Path]:
+        """Every process's log, its last ``max_bytes`` from a line's start, into ``dest``."""
+        dest.mkdir(parents=True, exist_ok=True)
+        written = []
+        for log in sorted(self.log_dir.glob("*.log")):
+            with log.open("rb") as source:
+                size = source.seek(0, os.SEEK_END)
+                source.seek(max(0, size - max_bytes))
+                data = source.read()
+            if size > max_bytes:  # from the first whole line, saying what was left out
+                data = (f"(the first {size - len(data)} bytes left out)\n".encode()
+                        + data.split(b"\n", 1)[-1])
+            (dest / log.name).write_bytes(data)
+            written.append(dest / log.name)
+        return written
+
     def tail(self, name: str, lines: int = 20) -> str:
         try:
             return "\n".join(self.log_file(name).read_text(errors="replace").splitlines()[-lines:])

@@ -15,6 +15,7 @@ from kubevirtci.local import guest as local_guest
 from kubevirtci.local.cluster import LocalCluster
 from kubevirtci.provider import BIND_DEVICE_PLUGIN_NVME, Node, Provider
 
+COMPONENT_LOG_BYTES = 1 << 20  # the last MiB of each: the time around a failure
 EMULATION_NOTE = (
     "NVMe controllers are EMULATED on the hermetic cluster: each node's /sys/bus/pci, "
     "/sys/devices/pci0000:00 and /sys/kernel/iommu_groups are a tree of its own "
@@ -53,6 +54,11 @@ class LocalProvider(Provider):
 
     def kubeconfig(self) -> Path:
         return self.cluster.layout.admin_kubeconfig
+
+    def collect_logs(self, dest: Path) -> list[Path]:
+        """Every component's log: etcd, the apiserver, controller-manager and scheduler,
+        and each node's init, containerd, EMULATED PCI plugin, kubelet and kube-proxy."""
+        return self.cluster.supervisor.export_logs(dest, COMPONENT_LOG_BYTES)
 
     def declared_capabilities(self) -> Capabilities:
         """Running VMs and the device plugin's NVMe are discovered; the guest is this
