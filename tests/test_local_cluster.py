@@ -1,24 +1,32 @@
 """The hermetic cluster's own logic, without starting it."""
 
+import datetime
 import json
 import tarfile
+from pathlib import Path
 
 import pytest
 import yaml
 from cryptography import x509
 
 from kubevirtci.capabilities import Capability
+from kubevirtci.local.cluster import LocalCluster
 from kubevirtci.local.images import ImageSpec, archive_images, write_oci_archive
-from kubevirtci.local.layout import ClusterConfig
+from kubevirtci.local.layout import ClusterConfig, Layout
 from kubevirtci.local.network import node_addresses
 from kubevirtci.local.node_config import (
     EMULATED_PCI_NRI_PLUGIN,
     NODE_PROGRAMS,
     NodeCredentials,
+    write_node_credentials,
     write_node_root,
 )
-from kubevirtci.local.pki import CertificateAuthority, Identity
+from kubevirtci.local.nodes import HermeticNode
+from kubevirtci.local.pki import LEAF_LIFETIME
+from kubevirtci.local.processes import ProcessSpec, Supervisor
 from kubevirtci.local.provider import LocalProvider
+
+DAY = datetime.timedelta(days=1)
 
 
 def test_node_root_holds_standard_paths_and_no_host_state(tmp_path):
@@ -108,19 +116,79 @@ def test_oci_archive_is_a_valid_image_layout(tmp_path):
     assert again.read_bytes() == archive.read_bytes(), "image builds are reproducible"
 
 
-def test_certificates_carry_their_identity_and_keys_are_private(tmp_path):
-    ca = CertificateAuthority(tmp_path)
-    ca.ensure()
-    cert_path, key_path = ca.issue(Identity("kubelet-serving-node01", "node01",
-                                            ips=("172.30.0.11",), server=True, client=False))
-    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["172.30.0.11"]
-    assert key_path.stat().st_mode & 0o777 == 0o600
-    assert (tmp_path / "ca.key").stat().st_mode & 0o777 == 0o600
-    client, _ = ca.issue(Identity("admin", "kdc-admin", organization="system:masters"))
-    subject = x509.load_pem_x509_certificate(client.read_bytes()).subject.rfc4514_string()
-    assert subject == "CN=kdc-admin,O=system:masters"
+class RecordingSupervisor(Supervisor):
+    """Every process runs until stopped; nothing is spawned, starts and stops are
+    recorded."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root / "pids", root / "logs")
+        self.stopped: set[str] = set()
+        self.restarted: list[str] = []
+
+    def pid(self, name: str) -> int | None:
+        return None if name in self.stopped else 1
+
+    def start(self, spec: ProcessSpec) -> int:
+        if spec.name in self.stopped:
+            self.stopped.discard(spec.name)
+            self.restarted.append(spec.name)
+        return 1
+
+    def stop(self, name: str) -> None:
+        self.stopped.add(name)
+
+
+@pytest.fixture
+def kept_cluster(tmp_path, monkeypatch) -> LocalCluster:
+    """A cluster that runs (as far as its supervisor says), without processes: the
+    waits pass at once and a node's files are its layer."""
+    cluster = LocalCluster(Layout(tmp_path / "state"))
+    cluster.supervisor = cluster.control_plane.supervisor = RecordingSupervisor(tmp_path)
+    cluster.bins.update({name: tmp_path / name for name in (
+        "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")})
+    monkeypatch.setattr(cluster, "_await", lambda *_: None)
+    monkeypatch.setattr(cluster, "_await_nodes_ready", lambda _: None)
+    monkeypatch.setattr(HermeticNode, "enter", lambda _: [])
+    monkeypatch.setattr(HermeticNode, "root_file",
+                        lambda node, path: cluster.layout.node_file(node.name, path))
+    return cluster
+
+
+def test_up_on_a_kept_cluster_renews_certificates_near_their_end_and_restarts_their_readers(
+        kept_cluster):
+    config = kept_cluster.config()
+    year_ago = datetime.datetime.now(datetime.UTC) - LEAF_LIFETIME + 10 * DAY
+    creds, _ = kept_cluster.control_plane.issue(config, year_ago)
+    for node in kept_cluster.nodes():
+        write_node_credentials(node.root_file, node.address,
+                               kept_cluster._node_credentials(node, creds))
+    supervisor = kept_cluster.supervisor
+
+    kept_cluster._renew_certificates(config)
+
+    # Every leaf was near its end; the CA and the port forwarder read none of them.
+    assert supervisor.restarted == [
+        "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+        "node01-kubelet", "node01-kube-proxy", "node02-kubelet", "node02-kube-proxy"]
+    assert not supervisor.stopped
+    node_cert = kept_cluster.layout.node_file("node02", "/var/lib/kubelet/pki/kubelet.crt")
+    assert node_cert.read_bytes() == creds["kubelet-serving-node02"][0].read_bytes()
+    served = x509.load_pem_x509_certificate(node_cert.read_bytes())
+    assert served.not_valid_after_utc - datetime.datetime.now(datetime.UTC) > 300 * DAY
+
+    supervisor.restarted.clear()
+    kept_cluster._renew_certificates(config)
+    assert supervisor.restarted == [], "certificates that serve restart nothing"
+
+
+def test_a_certificate_only_the_scheduler_reads_restarts_the_scheduler_alone(kept_cluster):
+    config = kept_cluster.config()
+    kept_cluster.control_plane.issue(config)
+    kept_cluster.ca.leaf_paths("scheduler")[1].unlink()
+
+    kept_cluster._renew_certificates(config)
+
+    assert kept_cluster.supervisor.restarted == ["kube-scheduler"]
 
 
 def test_cluster_config_round_trips_with_kubevirtci_node_names(tmp_path):

@@ -55,9 +55,11 @@ class _ApiServer(BaseHTTPRequestHandler):
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, CertificateAuthority]]:
     """A loopback TLS server whose certificate names only ``kubernetes`` (not 127.0.0.1)."""
     ca = CertificateAuthority(tmp_path_factory.mktemp("pki"))
+    identity = Identity("apiserver", "kube-apiserver", dns_names=("kubernetes",),
+                        server=True, client=False)
     ca.ensure()
-    cert, key = ca.issue(Identity("apiserver", "kube-apiserver", dns_names=("kubernetes",),
-                                  server=True, client=False))
+    ca.ensure_leaf(identity)
+    cert, key = ca.leaf_paths(identity.stem)
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _ApiServer)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)

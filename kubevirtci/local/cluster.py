@@ -19,13 +19,18 @@ import filelock
 from core.errors import SuiteUsageError
 from core.timeouts import Timeout
 from kubevirtci.local import components, images, network
-from kubevirtci.local.controlplane import ControlPlane
+from kubevirtci.local.controlplane import ControlPlane, Credentials
 from kubevirtci.local.known_images import KNOWN_IMAGES, driver_version
 from kubevirtci.local.layout import ClusterConfig, Layout, port_in_use
-from kubevirtci.local.node_config import PAUSE_IMAGE, NodeCredentials, write_node_root
+from kubevirtci.local.node_config import (
+    PAUSE_IMAGE,
+    NodeCredentials,
+    write_node_credentials,
+    write_node_root,
+)
 from kubevirtci.local.node_init import remove_cgroup
 from kubevirtci.local.nodes import CGROUP_PARENT, HermeticNode
-from kubevirtci.local.pki import CertificateAuthority
+from kubevirtci.local.pki import CLUSTER_CA, CertificateAuthority
 from kubevirtci.local.processes import ProcessSpec, Supervisor
 from kubevirtci.provider import NVME_PER_NODE
 
@@ -40,6 +45,12 @@ BUSYBOX_IMAGE = "localhost/kdc/busybox:dev"
 
 # Each node's EMULATED NVMe controllers, by media size.
 DEFAULT_NVME = ("1G",) * NVME_PER_NODE
+
+
+def _certificates_read_on(node: HermeticNode) -> set[str]:
+    """What the node's kubelet and kube-proxy read (``_node_credentials``'s), by leaf
+    stem or CA name."""
+    return {CLUSTER_CA, f"kubelet-{node.name}", f"kubelet-serving-{node.name}", "kube-proxy"}
 
 
 class LocalCluster:
@@ -109,6 +120,7 @@ class LocalCluster:
         self.build()
         if self.running():
             log.info(f"reusing the running cluster ({self.layout.root})")
+            self._renew_certificates(self.config())
             return self.layout.admin_kubeconfig
         if self.layout.root.exists() or network.exists():
             # State of a stopped or killed run: sweep it and start clean (a new cluster
@@ -119,7 +131,7 @@ class LocalCluster:
         if port_in_use(config.apiserver):
             raise SuiteUsageError(f"the API server port {config.apiserver} is taken",
                                   f"delete {self.layout.config_file} to pick a new port")
-        creds = self.control_plane.issue(config)
+        creds, _ = self.control_plane.issue(config)
         log.info("creating the cluster network (namespaces kdc-cluster, "
                  + ", ".join(a.netns for a in config.addresses()) + ")")
         network.create(config.addresses())
@@ -144,14 +156,45 @@ class LocalCluster:
                  f"{self.layout.admin_kubeconfig}")
         return self.layout.admin_kubeconfig
 
+    def _renew_certificates(self, config: ClusterConfig) -> None:
+        """A kept cluster's certificates come near their end while it runs (or lack a
+        name this code now gives them): issue those afresh and restart what reads them,
+        as a component reads its certificates only when it starts."""
+        creds, reissued = self.control_plane.issue(config)
+        if not reissued:
+            return
+        for name, why in sorted(reissued.items()):
+            log.info(f"issued {name} afresh: {why}")
+        stale = self.control_plane.readers(reissued)
+        if stale:
+            log.info(f"restarting {', '.join(stale)} with the new certificates")
+            self.control_plane.stop(stale)
+            self.control_plane.start(config, creds)  # starts what is not running
+            self._await("kube-apiserver", lambda: self.control_plane.ready(config, creds),
+                        "the API server")
+            self.control_plane.start_controllers()
+        for node in self.nodes():
+            if reissued.keys() & _certificates_read_on(node):
+                log.info(f"{node.name}: new certificates; restarting its kubelet and "
+                         "kube-proxy")
+                write_node_credentials(node.root_file, node.address,
+                                       self._node_credentials(node, creds))
+                node.restart_kubernetes()
+        if CLUSTER_CA in reissued:
+            log.warning("the cluster CA is new: pods that loaded the old one may fail to "
+                        "reach the API server until they are recreated (`kdc-cluster down "
+                        "--force` starts anew)")
+        self._await_nodes_ready(config)
+
+    def _node_credentials(self, node: HermeticNode, creds: Credentials) -> NodeCredentials:
+        return NodeCredentials(self.ca.cert_path, creds[f"kubelet-{node.name}"],
+                               creds[f"kubelet-serving-{node.name}"], creds["kube-proxy"])
+
     def _prepare_node(self, node: HermeticNode, config: ClusterConfig,
-                      creds: dict[str, tuple[Path, Path]]) -> None:
+                      creds: Credentials) -> None:
         """The node's disk before it boots: its files and its EMULATED hardware."""
-        write_node_root(
-            lambda path: self.layout.node_file(node.name, path), node.address,
-            NodeCredentials(self.ca.cert_path, creds[f"kubelet-{node.name}"],
-                            creds[f"kubelet-serving-{node.name}"], creds["kube-proxy"]),
-            self.bins)
+        write_node_root(lambda path: self.layout.node_file(node.name, path), node.address,
+                        self._node_credentials(node, creds), self.bins)
         (self.layout.node(node.name) / "containerd").mkdir(parents=True, exist_ok=True)
         emulation = self.layout.emulation(node.name)
         self.supervisor.start(ProcessSpec(f"emulated-nvme-{node.name}", [

@@ -4,9 +4,11 @@ TLS everywhere and RBAC; the API server is published on a host loopback port."""
 
 from __future__ import annotations
 
+import datetime
 import ssl
 import sys
 import urllib.request
+from collections.abc import Collection
 from pathlib import Path
 
 import yaml
@@ -21,12 +23,25 @@ from kubevirtci.local.network import (
     netns_path,
 )
 from kubevirtci.local.node_config import kubeconfig
-from kubevirtci.local.pki import CertificateAuthority, Identity
+from kubevirtci.local.pki import CLUSTER_CA, CertificateAuthority, Identity, write_atomically
 from kubevirtci.local.processes import ProcessSpec, Supervisor
 
 FRONT_PROXY_CLIENT = "front-proxy-client"  # the name kubeadm gives it
+FRONT_PROXY_CA = "kdc-front-proxy-ca"
 PORT_FORWARD = Path(__file__).resolve().parent / "port_forward.py"
 Credentials = dict[str, tuple[Path, Path]]
+# What was issued afresh, by certificate (a leaf's stem or a CA's name): why.
+Reissued = dict[str, str]
+# The certificates each component reads, by leaf stem or CA name. A component reads
+# them when it starts, so a re-issued one is only used after a restart.
+CERTIFICATES_READ: dict[str, frozenset[str]] = {
+    "etcd": frozenset({CLUSTER_CA, "etcd-server"}),
+    "kube-apiserver": frozenset({CLUSTER_CA, FRONT_PROXY_CA, "apiserver",
+                                 "apiserver-etcd-client", "apiserver-kubelet-client",
+                                 FRONT_PROXY_CLIENT}),
+    "kube-controller-manager": frozenset({CLUSTER_CA, "controller-manager"}),
+    "kube-scheduler": frozenset({CLUSTER_CA, "scheduler"}),
+}
 
 
 def identities(config: ClusterConfig) -> list[Identity]:
@@ -54,9 +69,11 @@ def identities(config: ClusterConfig) -> list[Identity]:
 
 def write_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path,
                      user: str) -> None:
+    """A kubeconfig naming the files, not holding them: re-issued files are used as they
+    are written."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(kubeconfig(server, str(ca), str(cert), str(key), user)))
-    path.chmod(0o600)
+    write_atomically(path, yaml.safe_dump(
+        kubeconfig(server, str(ca), str(cert), str(key), user)).encode())
 
 
 def in_cluster_netns(argv: list[str]) -> list[str]:
@@ -72,16 +89,25 @@ class ControlPlane:
         # A CA of its own for the aggregation layer's front proxy, as kubeadm makes: the
         # API server proxies to aggregated APIs (virt-api's subresources) as the
         # front-proxy client, and they trust the request headers it signs.
-        self.front_proxy_ca = CertificateAuthority(layout.pki / "front-proxy",
-                                                   "kdc-front-proxy-ca")
+        self.front_proxy_ca = CertificateAuthority(layout.pki / "front-proxy", FRONT_PROXY_CA)
         self.bins = bins
 
-    def issue(self, config: ClusterConfig) -> Credentials:
-        self.ca.ensure()
-        creds = {i.stem: self.ca.issue(i) for i in identities(config)}
-        self.front_proxy_ca.ensure()
-        creds["front-proxy-client"] = self.front_proxy_ca.issue(
-            Identity("front-proxy-client", FRONT_PROXY_CLIENT))
+    def issue(self, config: ClusterConfig,
+              now: datetime.datetime | None = None) -> tuple[Credentials, Reissued]:
+        """Every certificate the cluster uses, kept where it still serves and issued
+        afresh where not (a new CA issues all its leaves afresh), and the kubeconfigs
+        that name them; returns them with what was issued afresh and why."""
+        creds: Credentials = {}
+        reissued: Reissued = {}
+        for ca, leaves in ((self.ca, identities(config)),
+                           (self.front_proxy_ca, [Identity(FRONT_PROXY_CLIENT,
+                                                           FRONT_PROXY_CLIENT)])):
+            if why := ca.ensure(now):
+                reissued[ca.name] = why
+            for identity in leaves:
+                if why := ca.ensure_leaf(identity, now):
+                    reissued[identity.stem] = why
+                creds[identity.stem] = ca.leaf_paths(identity.stem)
         write_kubeconfig(self.layout.admin_kubeconfig, f"https://{LOOPBACK}:{config.apiserver}",
                          self.ca.cert_path, *creds["admin"], "kdc-admin")
         for stem in ("controller-manager", "scheduler"):
@@ -89,11 +115,17 @@ class ControlPlane:
             write_kubeconfig(self.layout.kubeconfigs / f"{stem}.kubeconfig",
                              f"https://{LOOPBACK}:{APISERVER_PORT}", self.ca.cert_path,
                              *creds[stem], stem)
-        return creds
+        return creds, reissued
 
     def names(self) -> list[str]:
         return ["etcd", "kube-apiserver", "api-port-forward", "kube-controller-manager",
                 "kube-scheduler"]
+
+    def readers(self, reissued: Collection[str]) -> list[str]:
+        """The components (in start order) that read any of the ``reissued``
+        certificates."""
+        return [name for name in self.names()
+                if CERTIFICATES_READ.get(name, frozenset()) & set(reissued)]
 
     def start(self, config: ClusterConfig, creds: Credentials) -> None:
         ca = str(self.ca.cert_path)
@@ -178,6 +210,8 @@ class ControlPlane:
         except OSError:
             return False
 
-    def stop(self) -> None:
+    def stop(self, names: Collection[str] | None = None) -> None:
+        """Stop ``names`` (all by default), in reverse start order."""
         for name in reversed(self.names()):
-            self.supervisor.stop(name)
+            if names is None or name in names:
+                self.supervisor.stop(name)

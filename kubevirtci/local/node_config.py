@@ -20,6 +20,7 @@ from kubevirtci.local.network import (
     POD_SUPERNET,
     NodeAddress,
 )
+from kubevirtci.local.pki import write_atomically
 
 PAUSE_IMAGE = "localhost/kdc/pause:kdc-1"
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
@@ -153,21 +154,13 @@ def kubelet_args(node: NodeAddress) -> list[str]:
             f"--node-ip={node.ip}"]
 
 
-def write_node_root(file_of: Callable[[str], Path], node: NodeAddress,
-                    credentials: NodeCredentials, programs: dict[str, Path]) -> None:
-    """Write the node's files into its root layer (``file_of`` maps a node path to the
-    host path of that file in the layer)."""
-    def put(path: str, content: str | bytes, mode: int = 0o644) -> None:
-        target = file_of(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            target.write_bytes(content)
-        else:
-            target.write_text(content)
-        target.chmod(mode)
-
+def write_node_credentials(file_of: Callable[[str], Path], node: NodeAddress,
+                           credentials: NodeCredentials) -> None:
+    """The node's copies of its certificates and keys, and the kubeconfigs naming them
+    (``file_of`` maps a node path to the host path of that file). Written again when
+    they are issued afresh: the node cannot see the host's files."""
     def copy(path: str, source: Path, mode: int = 0o644) -> None:
-        put(path, source.read_bytes(), mode)
+        _put(file_of(path), source.read_bytes(), mode)
 
     api = f"https://{CONTROL_PLANE_IP}:{APISERVER_PORT}"
     copy(f"{PKI}/ca.crt", credentials.ca)
@@ -177,12 +170,22 @@ def write_node_root(file_of: Callable[[str], Path], node: NodeAddress,
     copy(f"{PKI}/kube-proxy.key", credentials.kube_proxy_client[1], 0o600)
     copy("/var/lib/kubelet/pki/kubelet.crt", credentials.kubelet_serving[0])
     copy("/var/lib/kubelet/pki/kubelet.key", credentials.kubelet_serving[1], 0o600)
-    put("/etc/kubernetes/kubelet.conf", yaml.safe_dump(kubeconfig(
+    _put(file_of("/etc/kubernetes/kubelet.conf"), yaml.safe_dump(kubeconfig(
         api, f"{PKI}/ca.crt", f"{PKI}/kubelet-client.crt", f"{PKI}/kubelet-client.key",
         f"system:node:{node.name}")), 0o600)
-    put("/etc/kubernetes/kube-proxy.conf", yaml.safe_dump(kubeconfig(
+    _put(file_of("/etc/kubernetes/kube-proxy.conf"), yaml.safe_dump(kubeconfig(
         api, f"{PKI}/ca.crt", f"{PKI}/kube-proxy.crt", f"{PKI}/kube-proxy.key",
         "system:kube-proxy")), 0o600)
+
+
+def write_node_root(file_of: Callable[[str], Path], node: NodeAddress,
+                    credentials: NodeCredentials, programs: dict[str, Path]) -> None:
+    """Write the node's files into its root layer (``file_of`` maps a node path to the
+    host path of that file in the layer)."""
+    def put(path: str, content: str) -> None:
+        _put(file_of(path), content, 0o644)
+
+    write_node_credentials(file_of, node, credentials)
     put("/var/lib/kubelet/config.yaml", yaml.safe_dump(kubelet_config(node)))
     put("/etc/kubernetes/kube-proxy.yaml", yaml.safe_dump(kube_proxy_config(node)))
     put("/etc/containerd/config.toml", containerd_config())
@@ -198,3 +201,8 @@ def write_node_root(file_of: Callable[[str], Path], node: NodeAddress,
             os.link(programs[name], target)
         except OSError:  # the cache is on another filesystem
             shutil.copy2(programs[name], target)
+
+
+def _put(target: Path, content: str | bytes, mode: int) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(target, content.encode() if isinstance(content, str) else content, mode)

@@ -70,6 +70,15 @@ class HermeticNode(Node):
                                     "(`python -m kubevirtci.local status`)")
         return ["nsenter", "-t", str(pid), "-m", "-u", "-i", "-n", "-p", "-C", "--"]
 
+    def root_file(self, path: str) -> Path:
+        """The host path of a file of the running node, through its own root: what its
+        overlay shows (the layer below must not change under a mounted overlay)."""
+        pid = self.init_pid()
+        if pid is None:
+            raise NodeCommandFailed(f"node {self.name} is not running "
+                                    "(`python -m kubevirtci.local status`)")
+        return Path(f"/proc/{pid}/root") / path.lstrip("/")
+
     def run(self, argv: list[str], stdin: Stdin = None,
             timeout: Timeout = Timeout.NODE_COMMAND) -> str:
         result = QUIET.run([*self.enter(), *argv], timeout, stdin=stdin, env=NODE_ENV)
@@ -100,6 +109,13 @@ class HermeticNode(Node):
             self.service("kubelet"), [*self.enter(), *kubelet_args(self.address)], NODE_ENV))
         self.supervisor.start(ProcessSpec(self.service("kube-proxy"), [
             *self.enter(), "kube-proxy", "--config=/etc/kubernetes/kube-proxy.yaml"], NODE_ENV))
+
+    def restart_kubernetes(self) -> None:
+        """The kubelet and kube-proxy read their certificates only when they start. The
+        node's pods go on running meanwhile: they are containerd's."""
+        self.supervisor.stop(self.service("kubelet"))
+        self.supervisor.stop(self.service("kube-proxy"))
+        self.start_kubernetes()
 
     def _has(self, kind: str, path: str) -> bool:
         """``test KIND PATH`` on the node (``-S``: a socket, ``-f``: a file)."""
