@@ -1,6 +1,7 @@
 """``python -m reports catalog [--check]``: write (or check) docs/requirements.md.
 ``python -m reports verify BUNDLE``: check a run's certification bundle.
-``python -m reports sonobuoy-plugin``: the Sonobuoy plugin definition (README, Sonobuoy)."""
+``python -m reports sonobuoy-plugin``: the Sonobuoy plugin definition (docs/profiles.md,
+Sonobuoy)."""
 
 from __future__ import annotations
 

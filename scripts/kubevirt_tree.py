@@ -2,7 +2,7 @@
 module kubevirt.io/kubevirt at a release, its staging modules kubevirt.io/api and
 kubevirt.io/client-go (published at the same tag) under staging/src/kubevirt.io, as a
 git checkout tagged with the release. For trying --kubevirt-source where no clone of
-KubeVirt's repository is at hand (README, "Your own KubeVirt tree"):
+KubeVirt's repository is at hand (docs/releases.md, "Your own KubeVirt tree"):
 
     python scripts/kubevirt_tree.py /tmp/kubevirt --version v1.9.0
 """

@@ -1,5 +1,5 @@
 """Test-only recipe: the suite as a Sonobuoy plugin on the hermetic cluster, as a vendor
-runs it on theirs (README, Sonobuoy).
+runs it on theirs (docs/profiles.md, Sonobuoy).
 
 Sonobuoy is built from its upstream Go module at a pinned release; its image and the
 suite's are imported into the nodes (the hermetic cluster pulls from no registry). The

@@ -1,4 +1,4 @@
-"""The worked example for KubeVirt developers (README, "Your own KubeVirt tree"), run as
+"""The worked example for KubeVirt developers (docs/releases.md, "Your own KubeVirt tree"), run as
 a check: a KubeVirt v1.9.0 tree made from the module cache, one line of its DRA code
 changed so that it does something wrong, the test that proves that behaviour run
 against the tree, and that test must fail saying what went wrong.

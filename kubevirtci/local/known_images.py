@@ -105,7 +105,7 @@ def python_packages() -> Path:
 
 def suite_image_spec(name: str) -> images.ImageSpec:
     """The suite on Debian's Python, run as ``python3 -m reports.sonobuoy`` by the
-    Sonobuoy plugin (README, Sonobuoy)."""
+    Sonobuoy plugin (docs/profiles.md, Sonobuoy)."""
     packages = python_packages()
     files = suite_files()
     files.update({f"{SUITE_HOME}/python/{p.relative_to(packages).as_posix()}": p
