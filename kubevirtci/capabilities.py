@@ -29,6 +29,7 @@ class Capability(StrEnum):
     # PCI host devices reach VMs (through real VFIO, or the hermetic cluster's emulated hop)
     HOST_DEVICE_VMS = "host-device-vms"
     DRIVER_PLUGIN_SOCKET = "driver-plugin-socket"  # kubelet plugin socket reachable
+    KUBELET_RESTART = "kubelet-restart"  # the provider restarts a node's kubelet
     TWO_DEVICES_PER_NODE = "two-devices-per-node"
 
 

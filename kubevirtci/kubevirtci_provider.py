@@ -240,7 +240,8 @@ class KubevirtciProvider(Provider):
     def declared_capabilities(self) -> Capabilities:
         caps = Capabilities()
         for cap in (Capability.NODE_ACCESS, Capability.GUEST_ACCESS, Capability.VFIO,
-                    Capability.HOST_DEVICE_VMS, Capability.DRIVER_PLUGIN_SOCKET):
+                    Capability.HOST_DEVICE_VMS, Capability.DRIVER_PLUGIN_SOCKET,
+                    Capability.KUBELET_RESTART):
             caps.grant(cap)
         return caps
 
@@ -263,6 +264,10 @@ class SshNode(Node):
             raise NodeCommandFailed(f"on {self.name}: ssh.sh takes no input")
         return self.provider.run(["cluster-up/ssh.sh", self.name, "--", node_command(argv)],
                                  f"is node {self.name} up?", timeout)
+
+
+    def restart_kubelet(self) -> None:
+        self.run(["sudo", "systemctl", "restart", "kubelet"])
 
 
 def node_command(argv: list[str]) -> str:

@@ -65,6 +65,11 @@ class Node(ABC):
             timeout: Timeout = Timeout.NODE_COMMAND) -> str:
         """Run a command on the node and return its output; raise NodeCommandFailed."""
 
+    def restart_kubelet(self) -> None:
+        """Stop the node's kubelet and start it again (its pods go on running); returns
+        once the new kubelet process runs. Capability KUBELET_RESTART says who can."""
+        raise NodeCommandFailed(f"cannot restart the kubelet of node {self.name} here")
+
 
 class Provider(ABC):
     """Infrastructure only, as kind's provider is: bring the cluster up and down, its

@@ -183,6 +183,15 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement("VM-002", "A restart reboots the guest.", Source.KUBEVIRT),
     Requirement("VM-003", "Stop and start bring the VM back.", Source.KUBEVIRT),
     Requirement("VM-004", "Deleting a VM leaves nothing behind.", Source.KUBEVIRT),
+    Requirement("DISRUPT-001", "A DRA VM runs on with its device through a restart of its "
+                "node's kubelet; a stop/start afterwards gets the pinned device back and the "
+                "device is given back when the VM goes.", Source.KUBERNETES, _O),
+    Requirement("DISRUPT-002", "DRA VMs run on through a rolling restart of the driver's "
+                "DaemonSet; stop/start afterwards gets the pinned device back, and unprepare "
+                "gives every device back.", Source.PLUGIN_API, _O),
+    Requirement("DISRUPT-003", "A VM whose launcher pod is lost comes back (runStrategy "
+                "Always) with the same pre-created claim and the same pinned device.",
+                Source.KUBEVIRT, _O),
 )
 BY_ID: dict[str, Requirement] = {r.id: r for r in REQUIREMENTS}
 

@@ -2,8 +2,10 @@
 
 import pytest
 
+from fixtures.dra_checks import Reach
 from fixtures.plugin import enforce_capabilities, expect_known_bugs
 from fixtures.session import ClusterSession
+from kubevirtci.capabilities import Capability
 
 
 @pytest.fixture(autouse=True)
@@ -24,3 +26,10 @@ def pci_vendor_device(profile) -> str:
         pytest.skip(f"profile {profile.name} declares no pciVendorDevice: its devices are "
                     "not PCI functions")
     return profile.pci_vendor_device
+
+
+@pytest.fixture
+def reach(cluster, capabilities, guest) -> Reach:
+    """How a test reads every level a VM's DRA devices reach (fixtures/dra_checks.py)."""
+    return Reach(guest, capabilities.has(Capability.LAUNCHER_METADATA),
+                 cluster.facts.kubevirt_release)

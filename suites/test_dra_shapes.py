@@ -23,18 +23,12 @@ from fixtures.builders.resourceclaimtemplate import new_resource_claim_template
 from fixtures.builders.vmi import with_claim_reference, with_claim_template
 from fixtures.claims import REQUEST, free_devices, plain_claim
 from fixtures.devices import PCI_BUS_ID, allocated_devices
-from fixtures.dra_checks import Reach, VmDevice, check_every_level
+from fixtures.dra_checks import VmDevice, check_every_level
 from fixtures.launcher import metadata_dir, read_metadata_files
 from kubevirtci.capabilities import Capability
 
 pytestmark = [markers.device_info, markers.requires_running_vms, markers.dra_launcher,
               markers.vm_running, markers.requires(Capability.GUEST_ACCESS)]
-
-
-@pytest.fixture
-def reach(cluster, capabilities, guest) -> Reach:
-    return Reach(guest, capabilities.has(Capability.LAUNCHER_METADATA),
-                 cluster.facts.kubevirt_release)
 
 
 def _device(profile, name, entry, request=REQUEST, template=False) -> VmDevice:

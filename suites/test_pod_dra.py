@@ -30,6 +30,7 @@ from fixtures.devices import (
     given_devices,
 )
 from fixtures.launcher import DECODED_BY_1_37, metadata_object
+from fixtures.released import VFIO_PCI, bound_driver
 from kubevirtci.capabilities import Capability
 from kubevirtci.releases import KEP_5304_ROOT
 
@@ -155,19 +156,12 @@ def test_prepared_device_is_bound_to_vfio_and_given_back_after_the_pod(
     node = cluster.provider.node(pod["spec"]["nodeName"])
     bdf = claim_device_attributes(kube, waits.wait_until_claim_allocated(kube, "c", namespace))[0][
         PCI_BUS_ID]
-    link = f"{node.paths.sysfs}/bus/pci/devices/{bdf}/driver"
-
-    def bound_driver() -> str:
-        """The bound driver's name; "" while unbound (between unbind and probe)."""
-        out = node.run(["sh", "-c", f"readlink {link} || true"])
-        return out.strip().rsplit("/", 1)[-1]
-
-    assert bound_driver() == "vfio-pci"
+    assert bound_driver(node, bdf) == VFIO_PCI
     kube.delete("Pod", "p", namespace)
     waits.wait_until_gone(kube, "Pod", "p", namespace)
-    waits.poll(lambda: bound_driver() != "vfio-pci", Timeout.DEVICE_RELEASED,
-                f"{bdf} to leave vfio-pci after its pod")
-    assert bound_driver() == "nvme", "the device must go back to its original driver"
+    waits.poll(lambda: bound_driver(node, bdf) != VFIO_PCI, Timeout.DEVICE_RELEASED,
+               f"{bdf} to leave vfio-pci after its pod")
+    assert bound_driver(node, bdf) == "nvme", "the device must go back to its original driver"
 
 
 @markers.requirement("POD-007")

@@ -104,9 +104,12 @@ class HermeticNode(Node):
             lambda: self._has("-f", EMULATED_PCI_NRI_REGISTERED), Timeout.NODE_SERVICE_READY,
             f"the EMULATED PCI plugin of {self.name} to register")
 
-    def start_kubernetes(self) -> None:
+    def start_kubelet(self) -> None:
         self.supervisor.start(ProcessSpec(
             self.service("kubelet"), [*self.enter(), *kubelet_args(self.address)], NODE_ENV))
+
+    def start_kubernetes(self) -> None:
+        self.start_kubelet()
         self.supervisor.start(ProcessSpec(self.service("kube-proxy"), [
             *self.enter(), "kube-proxy", "--config=/etc/kubernetes/kube-proxy.yaml"], NODE_ENV))
 
@@ -116,6 +119,10 @@ class HermeticNode(Node):
         self.supervisor.stop(self.service("kubelet"))
         self.supervisor.stop(self.service("kube-proxy"))
         self.start_kubernetes()
+
+    def restart_kubelet(self) -> None:
+        self.supervisor.stop(self.service("kubelet"))
+        self.start_kubelet()
 
     def _has(self, kind: str, path: str) -> bool:
         """``test KIND PATH`` on the node (``-S``: a socket, ``-f``: a file)."""

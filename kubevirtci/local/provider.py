@@ -65,7 +65,8 @@ class LocalProvider(Provider):
         provider's own, a shell on the console; host devices pass the EMULATED hop."""
         caps = Capabilities()
         for cap in (Capability.NODE_ACCESS, Capability.DRIVER_PLUGIN_SOCKET,
-                    Capability.GUEST_ACCESS, Capability.HOST_DEVICE_VMS):
+                    Capability.GUEST_ACCESS, Capability.HOST_DEVICE_VMS,
+                    Capability.KUBELET_RESTART):
             caps.grant(cap)
         caps.deny(Capability.VFIO, "PCI is emulated here: no IOMMU or VFIO on this host")
         return caps

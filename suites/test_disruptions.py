@@ -1,0 +1,121 @@
+"""DRA VMs through the disruptions of a real cluster: a kubelet restart, a rolling
+restart of the driver, a launcher pod lost. Each test ends as persistence does (the
+claim's allocation, the launcher's metadata, the domain XML and the guest's serial, the
+pinned device back after a stop/start) and checks that nothing is left held once the VM
+is gone: no reservation, no device on vfio-pci, no CDI spec of the claim."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core import waits
+from core.kube import Kube
+from core.timeouts import Timeout
+from fixtures import disruptions, markers, vms
+from fixtures.builders.virtualmachine import with_run_strategy
+from fixtures.builders.vmi import with_claim_reference, with_node_selector
+from fixtures.claims import REQUEST, FreeDevice, pinned_claim
+from fixtures.devices import PCI_BUS_ID
+from fixtures.dra_checks import Reach, VmDevice, check_every_level
+from fixtures.released import wait_until_released
+from kubevirtci.capabilities import Capability
+from kubevirtci.provider import Node
+
+pytestmark = [markers.disruption, markers.requires_running_vms, markers.dra_launcher,
+              markers.vm_running, markers.one_device_kind, markers.slow,
+              markers.requires(Capability.GUEST_ACCESS, Capability.NODE_ACCESS)]
+
+
+def _nvme(profile) -> VmDevice:
+    return VmDevice("nvme", profile.device_kind, "nvme", REQUEST)
+
+
+def _pinned_vm(objects, profile, device: FreeDevice, name: str, *vm_options
+               ) -> dict[str, Any]:
+    """A pre-created claim pinned to ``device``, and a VM on its node using it."""
+    claim = objects.create(pinned_claim(f"{name}-nvme", profile, device))
+    objects.create(vms.guest_vm(
+        name, profile, with_claim_reference("nvme", f"{name}-nvme"),
+        vms.dra_device(profile, "nvme", "nvme", REQUEST), with_node_selector(device.node),
+        vm_options=vm_options))
+    return claim
+
+
+def _check_pinned(kube: Kube, reach: Reach, vm: vms.RunningVM, profile,
+                  bdf: str) -> None:
+    got = check_every_level(kube, reach, vm, [_nvme(profile)], profile)["nvme"]
+    assert got[PCI_BUS_ID] == bdf, f"{vm.name} was given {got[PCI_BUS_ID]}, pinned {bdf}"
+
+
+def _stop_start(kube: Kube, reach: Reach, name: str, namespace: str, profile,
+                bdf: str) -> None:
+    vms.stop(kube, name, namespace)
+    vms.start(kube, name, namespace)
+    _check_pinned(kube, reach, vms.running(kube, name, namespace), profile, bdf)
+
+
+def _delete_and_check_released(kube: Kube, node: Node, name: str, namespace: str,
+                               claim: dict[str, Any], bdf: str) -> None:
+    kube.delete("VirtualMachine", name, namespace)
+    waits.wait_until_gone(kube, "VirtualMachineInstance", name, namespace)
+    wait_until_released(kube, node, claim, bdf)
+
+
+def _same_launcher(before: vms.RunningVM, after: vms.RunningVM) -> None:
+    assert after.pod["metadata"]["uid"] == before.pod["metadata"]["uid"], (
+        f"{before.name}'s launcher pod was replaced: the VM did not run on")
+    assert after.vmi["metadata"]["uid"] == before.vmi["metadata"]["uid"]
+
+
+@markers.requires(Capability.KUBELET_RESTART)
+@markers.requirement("DISRUPT-001")
+def test_a_dra_vm_runs_on_through_a_kubelet_restart(
+        kube, objects, namespace, profile, reach, cluster, free_device):
+    device = free_device()
+    claim = _pinned_vm(objects, profile, device, "vm")
+    before = vms.running(kube, "vm", namespace)
+    bdf = check_every_level(kube, reach, before, [_nvme(profile)], profile)["nvme"][PCI_BUS_ID]
+    node = cluster.provider.node(device.node)
+    disruptions.restart_kubelet(kube, node)
+    after = vms.running(kube, "vm", namespace)
+    _same_launcher(before, after)
+    _check_pinned(kube, reach, after, profile, bdf)
+    _stop_start(kube, reach, "vm", namespace, profile, bdf)
+    _delete_and_check_released(kube, node, "vm", namespace, claim, bdf)
+
+
+@markers.requirement("DISRUPT-002")
+def test_dra_vms_run_on_through_a_rolling_restart_of_the_driver(
+        kube, objects, namespace, profile, reach, cluster, free_device):
+    device = free_device()
+    claim = _pinned_vm(objects, profile, device, "vm")
+    before = vms.running(kube, "vm", namespace)
+    bdf = check_every_level(kube, reach, before, [_nvme(profile)], profile)["nvme"][PCI_BUS_ID]
+    disruptions.roll_daemonset(kube, *disruptions.driver_daemonset(kube, profile))
+    after = vms.running(kube, "vm", namespace)
+    _same_launcher(before, after)
+    _check_pinned(kube, reach, after, profile, bdf)
+    # Unprepare and prepare by the new plugin pods.
+    _stop_start(kube, reach, "vm", namespace, profile, bdf)
+    _delete_and_check_released(kube, cluster.provider.node(device.node), "vm", namespace,
+                               claim, bdf)
+
+
+@markers.requirement("DISRUPT-003")
+def test_a_vm_whose_launcher_pod_is_lost_comes_back_with_its_claim_and_device(
+        kube, objects, namespace, profile, reach, cluster, free_device):
+    device = free_device()
+    claim = _pinned_vm(objects, profile, device, "vm", with_run_strategy("Always"))
+    before = vms.running(kube, "vm", namespace)
+    bdf = check_every_level(kube, reach, before, [_nvme(profile)], profile)["nvme"][PCI_BUS_ID]
+    disruptions.lose_pod(kube, before.pod)
+    waits.wait_for(kube, "VirtualMachineInstance", "vm", namespace,
+                   waits.vmi_restarted(before.vmi["metadata"]["uid"]), Timeout.VM_RESTART,
+                   "a new VMI after the launcher pod was lost")
+    after = vms.running(kube, "vm", namespace)
+    assert vms.pod_claim_names(after.pod)["nvme"] == claim["metadata"]["name"]
+    now = kube.get("ResourceClaim", claim["metadata"]["name"], namespace)
+    assert now["metadata"]["uid"] == claim["metadata"]["uid"], "the claim was replaced"
+    _check_pinned(kube, reach, after, profile, bdf)
+    _delete_and_check_released(kube, cluster.provider.node(device.node), "vm", namespace,
+                               claim, bdf)
