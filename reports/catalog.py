@@ -192,6 +192,10 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement("DISRUPT-003", "A VM whose launcher pod is lost comes back (runStrategy "
                 "Always) with the same pre-created claim and the same pinned device.",
                 Source.KUBEVIRT, _O),
+    Requirement("DISRUPT-004", "Evicting a DRA VM's launcher, as a drain does, acts as its "
+                "eviction strategy says: refused naming the reason under LiveMigrate (a VM "
+                "with a host device cannot migrate), the VM stopped under None and started "
+                "again with its pinned device.", Source.KUBEVIRT, _O),
 )
 BY_ID: dict[str, Requirement] = {r.id: r for r in REQUIREMENTS}
 

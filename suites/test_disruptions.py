@@ -8,18 +8,27 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from kubernetes.client.rest import ApiException
+
 from core import waits
 from core.kube import Kube
 from core.timeouts import Timeout
 from fixtures import disruptions, markers, vms
 from fixtures.builders.virtualmachine import with_run_strategy
-from fixtures.builders.vmi import with_claim_reference, with_node_selector
+from fixtures.builders.vmi import (
+    with_claim_reference,
+    with_eviction_strategy,
+    with_node_selector,
+)
 from fixtures.claims import REQUEST, FreeDevice, pinned_claim
 from fixtures.devices import PCI_BUS_ID
 from fixtures.dra_checks import Reach, VmDevice, check_every_level
 from fixtures.released import wait_until_released
 from kubevirtci.capabilities import Capability
 from kubevirtci.provider import Node
+
+TOO_MANY_REQUESTS = 429  # how an eviction refused by admission answers
 
 pytestmark = [markers.disruption, markers.requires_running_vms, markers.dra_launcher,
               markers.vm_running, markers.one_device_kind, markers.slow,
@@ -30,14 +39,14 @@ def _nvme(profile) -> VmDevice:
     return VmDevice("nvme", profile.device_kind, "nvme", REQUEST)
 
 
-def _pinned_vm(objects, profile, device: FreeDevice, name: str, *vm_options
-               ) -> dict[str, Any]:
+def _pinned_vm(objects, profile, device: FreeDevice, name: str, *vmi_options,
+               vm_options=()) -> dict[str, Any]:
     """A pre-created claim pinned to ``device``, and a VM on its node using it."""
     claim = objects.create(pinned_claim(f"{name}-nvme", profile, device))
     objects.create(vms.guest_vm(
         name, profile, with_claim_reference("nvme", f"{name}-nvme"),
         vms.dra_device(profile, "nvme", "nvme", REQUEST), with_node_selector(device.node),
-        vm_options=vm_options))
+        *vmi_options, vm_options=vm_options))
     return claim
 
 
@@ -59,6 +68,13 @@ def _delete_and_check_released(kube: Kube, node: Node, name: str, namespace: str
     kube.delete("VirtualMachine", name, namespace)
     waits.wait_until_gone(kube, "VirtualMachineInstance", name, namespace)
     wait_until_released(kube, node, claim, bdf)
+
+
+def _next_vmi(kube: Kube, before: vms.RunningVM, why: str) -> vms.RunningVM:
+    waits.wait_for(kube, "VirtualMachineInstance", before.name, before.namespace,
+                   waits.vmi_restarted(before.vmi["metadata"]["uid"]), Timeout.VM_RESTART,
+                   f"a new VMI after {why}")
+    return vms.running(kube, before.name, before.namespace)
 
 
 def _same_launcher(before: vms.RunningVM, after: vms.RunningVM) -> None:
@@ -105,17 +121,36 @@ def test_dra_vms_run_on_through_a_rolling_restart_of_the_driver(
 def test_a_vm_whose_launcher_pod_is_lost_comes_back_with_its_claim_and_device(
         kube, objects, namespace, profile, reach, cluster, free_device):
     device = free_device()
-    claim = _pinned_vm(objects, profile, device, "vm", with_run_strategy("Always"))
+    claim = _pinned_vm(objects, profile, device, "vm", vm_options=(with_run_strategy("Always"),))
     before = vms.running(kube, "vm", namespace)
     bdf = check_every_level(kube, reach, before, [_nvme(profile)], profile)["nvme"][PCI_BUS_ID]
     disruptions.lose_pod(kube, before.pod)
-    waits.wait_for(kube, "VirtualMachineInstance", "vm", namespace,
-                   waits.vmi_restarted(before.vmi["metadata"]["uid"]), Timeout.VM_RESTART,
-                   "a new VMI after the launcher pod was lost")
-    after = vms.running(kube, "vm", namespace)
+    after = _next_vmi(kube, before, "the launcher pod was lost")
     assert vms.pod_claim_names(after.pod)["nvme"] == claim["metadata"]["name"]
     now = kube.get("ResourceClaim", claim["metadata"]["name"], namespace)
     assert now["metadata"]["uid"] == claim["metadata"]["uid"], "the claim was replaced"
     _check_pinned(kube, reach, after, profile, bdf)
     _delete_and_check_released(kube, cluster.provider.node(device.node), "vm", namespace,
                                claim, bdf)
+
+
+@pytest.mark.parametrize("strategy", ["LiveMigrate", "None"])
+@markers.requirement("DISRUPT-004")
+def test_an_evicted_dra_vm_acts_as_its_eviction_strategy_says(
+        kube, objects, namespace, profile, reach, cluster, free_device, strategy):
+    """As ``kubectl drain`` evicts (KubeVirt's pod-eviction admitter decides)."""
+    device = free_device()
+    _pinned_vm(objects, profile, device, "vm", with_eviction_strategy(strategy))
+    before = vms.running(kube, "vm", namespace)
+    bdf = check_every_level(kube, reach, before, [_nvme(profile)], profile)["nvme"][PCI_BUS_ID]
+    if strategy == "LiveMigrate":
+        with pytest.raises(ApiException) as refused:
+            disruptions.evict(kube, before.pod)
+        assert refused.value.status == TOO_MANY_REQUESTS, refused.value
+        assert "not live-migratable" in str(refused.value.body), refused.value.body
+        _same_launcher(before, vms.running(kube, "vm", namespace))
+        return
+    disruptions.evict(kube, before.pod)
+    # runStrategy Always starts it again: the device its launcher held is the next one's.
+    _check_pinned(kube, reach, _next_vmi(kube, before, "its launcher was evicted"), profile,
+                  bdf)
