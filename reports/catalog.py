@@ -23,6 +23,8 @@ class Source(StrEnum):
     KUBEVIRT = "KubeVirt VM lifecycle"
     KUBERNETES = "Kubernetes networking and node model"
     PROFILE = "the driver profile's promises"
+    DRA_NODE_E2E = "Kubernetes DRA node e2e (test/e2e_node/dra_test.go)"
+    DRA_E2E = "Kubernetes DRA e2e (test/e2e/dra/dra.go)"
 
 
 class Level(StrEnum):
@@ -192,6 +194,13 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement("DISRUPT-003", "A VM whose launcher pod is lost comes back (runStrategy "
                 "Always) with the same pre-created claim and the same pinned device.",
                 Source.KUBEVIRT, _O),
+    Requirement("PLUGIN-001", "After a kubelet restart the plugin is registered again: its "
+                "slices stay, a claim prepared before gets the same answer, and a new pod's "
+                "claim is prepared (\"must register after Kubelet restart\").",
+                Source.DRA_NODE_E2E, _O),
+    Requirement("PLUGIN-002", "A rolling update of the driver's DaemonSet keeps its "
+                "slices, serves claims prepared before it, and a pod created during it runs "
+                "(\"rolling update\").", Source.DRA_E2E, _O),
     Requirement("DISRUPT-004", "Evicting a DRA VM's launcher, as a drain does, acts as its "
                 "eviction strategy says: refused naming the reason under LiveMigrate (a VM "
                 "with a host device cannot migrate), the VM stopped under None and started "

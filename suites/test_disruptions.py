@@ -83,6 +83,7 @@ def _same_launcher(before: vms.RunningVM, after: vms.RunningVM) -> None:
     assert after.vmi["metadata"]["uid"] == before.vmi["metadata"]["uid"]
 
 
+@markers.exclusive_devices  # a kubelet restart touches every test on the node
 @markers.requires(Capability.KUBELET_RESTART)
 @markers.requirement("DISRUPT-001")
 def test_a_dra_vm_runs_on_through_a_kubelet_restart(
@@ -100,6 +101,7 @@ def test_a_dra_vm_runs_on_through_a_kubelet_restart(
     _delete_and_check_released(kube, node, "vm", namespace, claim, bdf)
 
 
+@markers.exclusive_devices  # every test preparing a device would see the rollout
 @markers.requirement("DISRUPT-002")
 def test_dra_vms_run_on_through_a_rolling_restart_of_the_driver(
         kube, objects, namespace, profile, reach, cluster, free_device):

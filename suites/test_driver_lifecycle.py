@@ -1,0 +1,71 @@
+"""A driver's kubelet plugin through the events Kubernetes' own DRA tests take Kubernetes'
+test driver through (test/e2e_node/dra_test.go, test/e2e/dra/dra.go), here for any
+driver a profile describes: a kubelet restart and a rolling update of its DaemonSet.
+Each holds the device pool alone: what it disrupts, every test on the node would feel."""
+
+from __future__ import annotations
+
+from core import waits
+from core.timeouts import Timeout
+from fixtures import disruptions, markers
+from fixtures.builders.pod import (
+    new_pod,
+    with_container_claim,
+    with_pod_claim_reference,
+    with_pod_node_selector,
+)
+from fixtures.claims import REQUEST, FreeDevice, pinned_claim
+from kubevirtci.capabilities import Capability
+
+pytestmark = [
+    markers.driver_sanity, markers.slow, markers.exclusive_devices,
+    markers.requires(Capability.DRA_API, Capability.DRA_DRIVER,
+                     Capability.DRIVER_PLUGIN_SOCKET),
+]
+
+
+def _node_slices(kube, profile, node: str) -> dict[str, str]:
+    """Name -> UID of the driver's ResourceSlices of ``node``: the same UIDs mean the
+    slices were kept, not deleted and published again."""
+    return {s["metadata"]["name"]: s["metadata"]["uid"] for s in kube.list("ResourceSlice")
+            if s["spec"]["driver"] == profile.driver and s["spec"].get("nodeName") == node}
+
+
+def _pod_with_device(objects, profile, device: FreeDevice, name: str) -> None:
+    objects.create(pinned_claim(f"{name}-claim", profile, device))
+    objects.create(new_pod(name, profile.test_image,
+                           with_pod_claim_reference("dev", f"{name}-claim"),
+                           with_container_claim("dev", REQUEST),
+                           with_pod_node_selector(device.node)))
+
+
+@markers.requires(Capability.KUBELET_RESTART)
+@markers.requirement("PLUGIN-001")
+def test_after_a_kubelet_restart_the_plugin_is_registered_again_and_keeps_its_claims(
+        kube, cluster, objects, namespace, profile, plugin, prepared, device, free_device):
+    """Mirrors "must register after Kubelet restart" (test/e2e_node/dra_test.go)."""
+    claim, first = prepared
+    slices = _node_slices(kube, profile, device.node)
+    disruptions.restart_kubelet(kube, cluster.provider.node(device.node))
+    assert plugin.prepare(claim) == first, "a claim prepared before the restart changed"
+    assert _node_slices(kube, profile, device.node) == slices, "the node's slices were replaced"
+    # Only a registered plugin is asked by the kubelet to prepare a new pod's claim.
+    _pod_with_device(objects, profile, free_device(node=device.node), "after")
+    waits.wait_until_pod_running(kube, "after", namespace)
+
+
+@markers.requirement("PLUGIN-002")
+def test_a_rolling_update_keeps_slices_and_prepared_claims_and_runs_new_pods(
+        kube, objects, namespace, profile, plugin, prepared, device, free_device):
+    """Mirrors "rolling update" (test/e2e/dra/dra.go): the same slices after it, and a
+    pod that needs the driver runs, here created while the update rolls."""
+    claim, first = prepared
+    slices = _node_slices(kube, profile, device.node)
+    name, driver_namespace = disruptions.driver_daemonset(kube, profile)
+    _pod_with_device(objects, profile, free_device(node=device.node), "during")
+    disruptions.roll_daemonset(kube, name, driver_namespace)
+    waits.wait_until_pod_running(kube, "during", namespace)
+    assert _node_slices(kube, profile, device.node) == slices, "the node's slices were replaced"
+    waits.poll(lambda: plugin.serving_answer("prepare", claim) is not None,
+               Timeout.PLUGIN_RESTART, "the updated plugin to serve its socket")
+    assert plugin.prepare(claim) == first, "a claim prepared before the update changed"
