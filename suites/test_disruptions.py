@@ -39,15 +39,26 @@ def _nvme(profile) -> VmDevice:
     return VmDevice("nvme", profile.device_kind, "nvme", REQUEST)
 
 
-def _pinned_vm(objects, profile, device: FreeDevice, name: str, *vmi_options,
-               vm_options=()) -> dict[str, Any]:
-    """A pre-created claim pinned to ``device``, and a VM on its node using it."""
-    claim = objects.create(pinned_claim(f"{name}-nvme", profile, device))
+def _pinned_vm_running(kube: Kube, objects, namespace: str, profile, reach: Reach,
+                       device: FreeDevice, *vmi_options, vm_options=()
+                       ) -> tuple[dict[str, Any], vms.RunningVM, str]:
+    """A pre-created claim pinned to ``device`` and a VM "vm" on its node using it,
+    running and checked at every level: (the claim, the running VM, the device's BDF)."""
+    claim = objects.create(pinned_claim("vm-nvme", profile, device))
     objects.create(vms.guest_vm(
-        name, profile, with_claim_reference("nvme", f"{name}-nvme"),
+        "vm", profile, with_claim_reference("nvme", "vm-nvme"),
         vms.dra_device(profile, "nvme", "nvme", REQUEST), with_node_selector(device.node),
         *vmi_options, vm_options=vm_options))
-    return claim
+    vm = vms.running(kube, "vm", namespace)
+    bdf = check_every_level(kube, reach, vm, [_nvme(profile)], profile)["nvme"][PCI_BUS_ID]
+    return claim, vm, bdf
+
+
+def _runs_on(kube: Kube, reach: Reach, before: vms.RunningVM, profile, bdf: str) -> None:
+    """The same VMI in the same launcher pod, its device still at every level."""
+    after = vms.running(kube, before.name, before.namespace)
+    _same_launcher(before, after)
+    _check_pinned(kube, reach, after, profile, bdf)
 
 
 def _check_pinned(kube: Kube, reach: Reach, vm: vms.RunningVM, profile,
@@ -89,14 +100,10 @@ def _same_launcher(before: vms.RunningVM, after: vms.RunningVM) -> None:
 def test_a_dra_vm_runs_on_through_a_kubelet_restart(
         kube, objects, namespace, profile, reach, cluster, free_device):
     device = free_device()
-    claim = _pinned_vm(objects, profile, device, "vm")
-    before = vms.running(kube, "vm", namespace)
-    bdf = check_every_level(kube, reach, before, [_nvme(profile)], profile)["nvme"][PCI_BUS_ID]
+    claim, before, bdf = _pinned_vm_running(kube, objects, namespace, profile, reach, device)
     node = cluster.provider.node(device.node)
     disruptions.restart_kubelet(kube, node)
-    after = vms.running(kube, "vm", namespace)
-    _same_launcher(before, after)
-    _check_pinned(kube, reach, after, profile, bdf)
+    _runs_on(kube, reach, before, profile, bdf)
     _stop_start(kube, reach, "vm", namespace, profile, bdf)
     _delete_and_check_released(kube, node, "vm", namespace, claim, bdf)
 
@@ -106,13 +113,9 @@ def test_a_dra_vm_runs_on_through_a_kubelet_restart(
 def test_dra_vms_run_on_through_a_rolling_restart_of_the_driver(
         kube, objects, namespace, profile, reach, cluster, free_device):
     device = free_device()
-    claim = _pinned_vm(objects, profile, device, "vm")
-    before = vms.running(kube, "vm", namespace)
-    bdf = check_every_level(kube, reach, before, [_nvme(profile)], profile)["nvme"][PCI_BUS_ID]
+    claim, before, bdf = _pinned_vm_running(kube, objects, namespace, profile, reach, device)
     disruptions.roll_daemonset(kube, *disruptions.driver_daemonset(kube, profile))
-    after = vms.running(kube, "vm", namespace)
-    _same_launcher(before, after)
-    _check_pinned(kube, reach, after, profile, bdf)
+    _runs_on(kube, reach, before, profile, bdf)
     # Unprepare and prepare by the new plugin pods.
     _stop_start(kube, reach, "vm", namespace, profile, bdf)
     _delete_and_check_released(kube, cluster.provider.node(device.node), "vm", namespace,
@@ -123,9 +126,8 @@ def test_dra_vms_run_on_through_a_rolling_restart_of_the_driver(
 def test_a_vm_whose_launcher_pod_is_lost_comes_back_with_its_claim_and_device(
         kube, objects, namespace, profile, reach, cluster, free_device):
     device = free_device()
-    claim = _pinned_vm(objects, profile, device, "vm", vm_options=(with_run_strategy("Always"),))
-    before = vms.running(kube, "vm", namespace)
-    bdf = check_every_level(kube, reach, before, [_nvme(profile)], profile)["nvme"][PCI_BUS_ID]
+    claim, before, bdf = _pinned_vm_running(kube, objects, namespace, profile, reach, device,
+                                            vm_options=(with_run_strategy("Always"),))
     disruptions.lose_pod(kube, before.pod)
     after = _next_vmi(kube, before, "the launcher pod was lost")
     assert vms.pod_claim_names(after.pod)["nvme"] == claim["metadata"]["name"]
@@ -141,16 +143,14 @@ def test_a_vm_whose_launcher_pod_is_lost_comes_back_with_its_claim_and_device(
 def test_an_evicted_dra_vm_acts_as_its_eviction_strategy_says(
         kube, objects, namespace, profile, reach, cluster, free_device, strategy):
     """As ``kubectl drain`` evicts (KubeVirt's pod-eviction admitter decides)."""
-    device = free_device()
-    _pinned_vm(objects, profile, device, "vm", with_eviction_strategy(strategy))
-    before = vms.running(kube, "vm", namespace)
-    bdf = check_every_level(kube, reach, before, [_nvme(profile)], profile)["nvme"][PCI_BUS_ID]
+    _, before, bdf = _pinned_vm_running(kube, objects, namespace, profile, reach,
+                                        free_device(), with_eviction_strategy(strategy))
     if strategy == "LiveMigrate":
         with pytest.raises(ApiException) as refused:
             disruptions.evict(kube, before.pod)
         assert refused.value.status == TOO_MANY_REQUESTS, refused.value
         assert "not live-migratable" in str(refused.value.body), refused.value.body
-        _same_launcher(before, vms.running(kube, "vm", namespace))
+        _runs_on(kube, reach, before, profile, bdf)
         return
     disruptions.evict(kube, before.pod)
     # runStrategy Always starts it again: the device its launcher held is the next one's.
