@@ -22,7 +22,7 @@ from kubevirtci.local.node_config import (
     write_node_root,
 )
 from kubevirtci.local.nodes import HermeticNode
-from kubevirtci.local.pki import LEAF_LIFETIME
+from kubevirtci.local.pki import CA_LIFETIME, LEAF_LIFETIME
 from kubevirtci.local.processes import ProcessSpec, Supervisor
 from kubevirtci.local.provider import LocalProvider
 
@@ -189,6 +189,17 @@ def test_a_certificate_only_the_scheduler_reads_restarts_the_scheduler_alone(kep
     kept_cluster._renew_certificates(config)
 
     assert kept_cluster.supervisor.restarted == ["kube-scheduler"]
+
+
+def test_a_running_cluster_whose_ca_nears_its_end_is_made_anew_not_patched(
+        kept_cluster, monkeypatch, caplog):
+    monkeypatch.setattr(kept_cluster, "running", lambda: True)
+    kept_cluster.control_plane.issue(kept_cluster.config())
+    assert kept_cluster._reusable()
+    kept_cluster.ca.cert_path.unlink()
+    kept_cluster.ca.ensure(datetime.datetime.now(datetime.UTC) - CA_LIFETIME + 10 * DAY)
+    assert not kept_cluster._reusable()
+    assert "made anew" in caplog.text
 
 
 def test_cluster_config_round_trips_with_kubevirtci_node_names(tmp_path):

@@ -118,7 +118,7 @@ class LocalCluster:
     def _up(self) -> Path:
         start = time.monotonic()
         self.build()
-        if self.running():
+        if self._reusable():
             log.info(f"reusing the running cluster ({self.layout.root})")
             self._renew_certificates(self.config())
             return self.layout.admin_kubeconfig
@@ -156,6 +156,18 @@ class LocalCluster:
                  f"{self.layout.admin_kubeconfig}")
         return self.layout.admin_kubeconfig
 
+    def _reusable(self) -> bool:
+        """A running cluster is kept unless its CA cannot serve on: every pod trusts the
+        CA (its service account's ca.crt), so a new CA would leave them failing, while
+        a new cluster takes minutes and leaves none behind."""
+        if not self.running():
+            return False
+        problem = self.ca.problem()
+        if problem is not None:
+            log.warning(f"the cluster CA cannot serve on ({problem}): the cluster is made "
+                        "anew")
+        return problem is None
+
     def _renew_certificates(self, config: ClusterConfig) -> None:
         """A kept cluster's certificates come near their end while it runs (or lack a
         name this code now gives them): issue those afresh and restart what reads them,
@@ -180,10 +192,6 @@ class LocalCluster:
                 write_node_credentials(node.root_file, node.address,
                                        self._node_credentials(node, creds))
                 node.restart_kubernetes()
-        if CLUSTER_CA in reissued:
-            log.warning("the cluster CA is new: pods that loaded the old one may fail to "
-                        "reach the API server until they are recreated (`kdc-cluster down "
-                        "--force` starts anew)")
         self._await_nodes_ready(config)
 
     def _node_credentials(self, node: HermeticNode, creds: Credentials) -> NodeCredentials:
