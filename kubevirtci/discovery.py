@@ -22,6 +22,7 @@ class ApiReader(Protocol):
 class ClusterFacts:
     server_version: str = "unknown"
     dra_versions: list[str] = field(default_factory=list)
+    dra_kinds: list[str] = field(default_factory=list)  # resources of resource.k8s.io/v1
     kubevirt_version: str | None = None
     kubevirt_namespace: str | None = None
     kubevirt_phase: str | None = None
@@ -81,6 +82,8 @@ def discover(api: ApiReader) -> ClusterFacts:
             facts.device_plugin_resources[node["metadata"]["name"]] = extended
 
     if "v1" in facts.dra_versions:
+        resources = (api.get("/apis/resource.k8s.io/v1") or {}).get("resources", [])
+        facts.dra_kinds = sorted(r["name"] for r in resources if "/" not in r["name"])
         slices = (api.get("/apis/resource.k8s.io/v1/resourceslices") or {}).get("items", [])
         for s in slices:
             spec = s.get("spec") or {}
@@ -126,6 +129,11 @@ def capabilities_from(
             f"cluster {facts.server_version} serves {served}; resource.k8s.io/v1 needs "
             "Kubernetes 1.34+",
         )
+    if "devicetaintrules" in facts.dra_kinds:
+        caps.grant(Capability.DEVICE_TAINTS)
+    else:
+        caps.deny(Capability.DEVICE_TAINTS, f"cluster {facts.server_version} does not serve "
+                  "resource.k8s.io/v1 DeviceTaintRule (KEP-5055, GA in Kubernetes 1.37)")
     if facts.drivers.get(driver):
         caps.grant(Capability.DRA_DRIVER)
         if any(n >= 2 for n in facts.devices_per_node.get(driver, {}).values()):

@@ -194,6 +194,12 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement("DISRUPT-003", "A VM whose launcher pod is lost comes back (runStrategy "
                 "Always) with the same pre-created claim and the same pinned device.",
                 Source.KUBEVIRT, _O),
+    Requirement("DISRUPT-005", "A NoSchedule device taint (KEP-5055) keeps a new VM that pins "
+                "the device pending with the scheduler's reason; once the rule is gone the "
+                "VM runs with the device.", Source.KUBERNETES, _O),
+    Requirement("DISRUPT-006", "A NoExecute device taint on a running VM's device evicts its "
+                "launcher; the VM's next VMI stays pending with the reason, and runs with the "
+                "device once the rule is gone.", Source.KUBERNETES, _O),
     Requirement("PLUGIN-001", "After a kubelet restart the plugin is registered again: its "
                 "slices stay, a claim prepared before gets the same answer, and a new pod's "
                 "claim is prepared (\"must register after Kubelet restart\").",

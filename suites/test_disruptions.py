@@ -15,6 +15,7 @@ from core import waits
 from core.kube import Kube
 from core.timeouts import Timeout
 from fixtures import disruptions, markers, vms
+from fixtures.builders.devicetaintrule import new_device_taint_rule, selecting_device
 from fixtures.builders.virtualmachine import with_run_strategy
 from fixtures.builders.vmi import (
     with_claim_reference,
@@ -156,3 +157,57 @@ def test_an_evicted_dra_vm_acts_as_its_eviction_strategy_says(
     # runStrategy Always starts it again: the device its launcher held is the next one's.
     _check_pinned(kube, reach, _next_vmi(kube, before, "its launcher was evicted"), profile,
                   bdf)
+
+
+def _taint(objects, profile, device: FreeDevice, namespace: str, effect: str) -> str:
+    """A DeviceTaintRule on ``device`` (cluster-scoped: named after the test's
+    namespace); returns its name."""
+    name = f"{namespace}-{effect.lower()}"[:63]
+    objects.create(new_device_taint_rule(
+        name, effect, selecting_device(profile.driver, device.pool, device.name)))
+    return name
+
+
+def _pending_reason(kube: Kube, namespace: str, old_uid: str = "") -> str:
+    """The scheduler's reason the VMI "vm" (another than ``old_uid``) cannot have its
+    launcher scheduled."""
+    vmi = waits.wait_for(
+        kube, "VirtualMachineInstance", "vm", namespace,
+        lambda o: o is not None and o["metadata"]["uid"] != old_uid
+        and waits.has_condition(o, "PodScheduled", "False"),
+        Timeout.VMI_UNSCHEDULABLE, "the VMI to report that its launcher cannot be scheduled")
+    assert vmi is not None and vmi["status"].get("phase") != "Running", vmi
+    condition = waits.condition(vmi, "PodScheduled", "False") or {}
+    reason = str(condition.get("message") or "")
+    assert "claim" in reason.lower(), f"the VMI's reason names no claim: {condition}"
+    return reason
+
+
+@markers.requires(Capability.DEVICE_TAINTS)
+@markers.requirement("DISRUPT-005")
+def test_a_no_schedule_device_taint_keeps_a_new_vm_pending_until_it_is_gone(
+        kube, objects, namespace, profile, reach, free_device):
+    device = free_device()
+    rule = _taint(objects, profile, device, namespace, "NoSchedule")
+    objects.create(pinned_claim("vm-nvme", profile, device))
+    objects.create(vms.guest_vm(
+        "vm", profile, with_claim_reference("nvme", "vm-nvme"),
+        vms.dra_device(profile, "nvme", "nvme", REQUEST), with_node_selector(device.node)))
+    _pending_reason(kube, namespace)
+    kube.delete("DeviceTaintRule", rule)
+    vm = vms.running(kube, "vm", namespace)
+    assert check_every_level(kube, reach, vm, [_nvme(profile)], profile)["nvme"], vm.name
+
+
+@markers.requires(Capability.DEVICE_TAINTS)
+@markers.requirement("DISRUPT-006")
+def test_a_no_execute_device_taint_evicts_the_launcher_and_the_vm_waits_for_the_device(
+        kube, objects, namespace, profile, reach, free_device):
+    device = free_device()
+    _, before, bdf = _pinned_vm_running(kube, objects, namespace, profile, reach, device)
+    rule = _taint(objects, profile, device, namespace, "NoExecute")
+    launcher = before.pod["metadata"]["name"]
+    waits.wait_until_gone(kube, "Pod", launcher, namespace)
+    _pending_reason(kube, namespace, old_uid=before.vmi["metadata"]["uid"])
+    kube.delete("DeviceTaintRule", rule)
+    _check_pinned(kube, reach, _next_vmi(kube, before, "the taint was removed"), profile, bdf)

@@ -221,3 +221,14 @@ def test_the_allow_list_bugs_of_1_8_split_by_device_list():
     assert release.bugs_on("allow_list", True, k8s, "gpu")
     assert not release.bugs_on("allow_list", True, k8s, "hostDevice")
     assert not release_for((1, 9, 0)).bugs_on("allow_list", True, k8s, "gpu")
+
+
+def test_device_taints_are_a_capability_where_the_api_serves_device_taint_rules(recorded):
+    api = recorded("cluster_kubevirt_1_9")
+    without = capabilities_from(discover(api), DRIVER, DP)
+    assert not without.has(Capability.DEVICE_TAINTS)
+    assert "DeviceTaintRule" in without.reason_missing(Capability.DEVICE_TAINTS)
+    api.responses["/apis/resource.k8s.io/v1"] = {"resources": [
+        {"name": "resourceclaims"}, {"name": "devicetaintrules"},
+        {"name": "devicetaintrules/status"}]}
+    assert capabilities_from(discover(api), DRIVER, DP).has(Capability.DEVICE_TAINTS)
