@@ -43,7 +43,6 @@ class Timeout(Enum):
     SLICES_PUBLISHED = ("the driver publishes ResourceSlices", 120)
     PLUGIN_RESTART = ("a deleted driver plugin pod is replaced and ready", 120)
     KUBELET_BACK = ("a restarted kubelet renews its node's lease and the node is Ready", 120)
-    DRIVER_ROLLOUT = ("a rolling restart of the driver's DaemonSet completes", 300)
     SONOBUOY_RUN = ("Sonobuoy runs the suite's plugin to its end", 3600)
     # Cleanup and shared state
     OBJECTS_DELETED = ("a test's objects are gone", 180)

@@ -1,21 +1,7 @@
-"""The disruption helpers' own judgement, without a cluster: when a DaemonSet's rollout
-is complete, and what a released device may still hold on its node."""
+"""What a released device may still hold on its node, judged without a cluster."""
 
-from fixtures.disruptions import rollout_complete
 from fixtures.released import leftovers
 from kubevirtci.provider import Node
-
-
-def daemonset(observed, desired, updated, available):
-    return {"status": {"observedGeneration": observed, "desiredNumberScheduled": desired,
-                       "updatedNumberScheduled": updated, "numberAvailable": available}}
-
-
-def test_a_rollout_is_complete_only_when_every_pod_is_new_and_available():
-    assert not rollout_complete(daemonset(1, 2, 2, 2), generation=2)  # not seen yet
-    assert not rollout_complete(daemonset(2, 2, 1, 2), generation=2)  # one old pod
-    assert not rollout_complete(daemonset(2, 2, 2, 1), generation=2)  # one not available
-    assert rollout_complete(daemonset(2, 2, 2, 2), generation=2)
 
 
 class FakeNode(Node):
