@@ -207,6 +207,10 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement("PLUGIN-002", "A rolling update of the driver's DaemonSet keeps its "
                 "slices, serves claims prepared before it, and a pod created during it runs "
                 "(\"rolling update\").", Source.DRA_E2E, _O),
+    Requirement("PLUGIN-003", "A driver removed (its DaemonSet deleted) takes its "
+                "ResourceSlices with it once the kubelet's grace is over; put back, it "
+                "publishes them again (\"must be removed after plugin unregistration\").",
+                Source.DRA_NODE_E2E, _O),
     Requirement("DISRUPT-004", "Evicting a DRA VM's launcher, as a drain does, acts as its "
                 "eviction strategy says: refused naming the reason under LiveMigrate (a VM "
                 "with a host device cannot migrate), the VM stopped under None and started "

@@ -1,7 +1,9 @@
 """A driver's kubelet plugin through the events Kubernetes' own DRA tests take Kubernetes'
 test driver through (test/e2e_node/dra_test.go, test/e2e/dra/dra.go), here for any
-driver a profile describes: a kubelet restart and a rolling update of its DaemonSet.
-Each holds the device pool alone: what it disrupts, every test on the node would feel."""
+driver a profile describes: a kubelet restart, a rolling update of its DaemonSet, and
+its removal.
+Each holds the device pool alone: what it disrupts, every test on the node would feel.
+A removal test puts the driver back from what it removed, whatever happens."""
 
 from __future__ import annotations
 
@@ -69,3 +71,27 @@ def test_a_rolling_update_keeps_slices_and_prepared_claims_and_runs_new_pods(
     waits.poll(lambda: plugin.serving_answer("prepare", claim) is not None,
                Timeout.PLUGIN_RESTART, "the updated plugin to serve its socket")
     assert plugin.prepare(claim) == first, "a claim prepared before the update changed"
+
+
+@markers.requirement("PLUGIN-003")
+def test_a_removed_driver_takes_its_slices_with_it_and_publishes_them_again_when_back(
+        kube, profile):
+    """Mirrors "must be removed after plugin unregistration" (test/e2e_node/dra_test.go);
+    the driver is put back whatever happens."""
+    devices = _driver_devices(kube, profile)
+    assert devices, f"driver {profile.driver} publishes no device"
+    removed = disruptions.remove_daemonset(kube, *disruptions.driver_daemonset(kube, profile))
+    try:
+        waits.poll(lambda: not _driver_devices(kube, profile), Timeout.SLICES_REMOVED,
+                   f"the ResourceSlices of the removed driver {profile.driver} to go")
+    finally:
+        disruptions.restore_daemonset(kube, removed)
+    waits.poll(lambda: _driver_devices(kube, profile) == devices, Timeout.SLICES_PUBLISHED,
+               f"driver {profile.driver} to publish its devices again")
+
+
+def _driver_devices(kube, profile) -> list[tuple[str, str, str]]:
+    """(node, pool, device) of every device the driver publishes."""
+    return sorted((s["spec"].get("nodeName") or "", s["spec"]["pool"]["name"], d["name"])
+                  for s in kube.list("ResourceSlice") if s["spec"]["driver"] == profile.driver
+                  for d in s["spec"].get("devices") or [])
