@@ -200,8 +200,9 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement("DISRUPT-006", "A NoExecute device taint on a running VM's device evicts its "
                 "launcher; the VM's next VMI stays pending with the reason, and runs with the "
                 "device once the rule is gone.", Source.KUBERNETES, _O),
-    Requirement("PLUGIN-001", "After a kubelet restart the plugin is registered again: its "
-                "slices stay, a claim prepared before gets the same answer, and a new pod's "
+    Requirement("PLUGIN-001", "After a kubelet restart the plugin is registered again: it "
+                "publishes the node's devices again (the kubelet deletes the node's slices at "
+                "startup), a claim prepared before gets the same answer, and a new pod's "
                 "claim is prepared (\"must register after Kubelet restart\").",
                 Source.DRA_NODE_E2E, _O),
     Requirement("PLUGIN-002", "A rolling update of the driver's DaemonSet keeps its "
