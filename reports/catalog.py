@@ -212,6 +212,10 @@ REQUIREMENTS: tuple[Requirement, ...] = (
                 "ResourceSlices with it once the kubelet's grace is over; put back, it "
                 "publishes them again (\"must be removed after plugin unregistration\").",
                 Source.DRA_NODE_E2E, _O),
+    Requirement("PLUGIN-004", "A prepare refused while the device is prepared for another "
+                "claim succeeds once that claim is unprepared, leaving nothing of the failed "
+                "try (\"must run pod if NodePrepareResources fails and then succeeds\"; "
+                "where the profile promises exclusivePrepare).", Source.DRA_NODE_E2E, _O),
     Requirement("DISRUPT-004", "Evicting a DRA VM's launcher, as a drain does, acts as its "
                 "eviction strategy says: refused naming the reason under LiveMigrate (a VM "
                 "with a host device cannot migrate), the VM stopped under None and started "

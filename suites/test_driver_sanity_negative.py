@@ -115,3 +115,28 @@ def test_several_claims_in_one_call_are_answered_one_by_one(kube, plugin, alloca
     assert not any(a.get("error") for a in answers), answers
     got = [[d["device_name"] for d in a["devices"]] for a in answers]
     assert got == [[device.name], [second[0].name]], f"each claim gets its own device: {got}"
+
+
+@markers.requirement("PLUGIN-004")
+def test_a_prepare_refused_while_the_device_is_held_succeeds_once_it_is_free(
+        plugin, allocate, device, profile):
+    """Mirrors "must run pod if NodePrepareResources fails and then succeeds"
+    (test/e2e_node/dra_test.go): the cause of the refusal (the device prepared for
+    another claim) gone, the retry succeeds, and nothing of the failed try is left."""
+    if profile.exclusive_prepare != Promise.YES:
+        pytest.skip(f"profile {profile.name} does not promise to refuse a device prepared "
+                    f"for another claim (promises.exclusivePrepare: "
+                    f"{profile.exclusive_prepare}): no refusal to retry")
+    held, later = allocate("held", device), allocate("later", device)
+    before = plugin.cdi_devices()
+    first = plugin.prepare(held)
+    assert not first.get("error"), first
+    held_ids = {i for d in first["devices"] for i in d.get("cdi_device_ids") or []}
+    _refused_and_left_nothing(plugin, before, later, allowed=held_ids)
+    assert not plugin.unprepare(held).get("error")
+    retried = plugin.prepare(later)
+    assert not retried.get("error"), f"the retry once the device is free failed: {retried}"
+    later_ids = {i for d in retried["devices"] for i in d.get("cdi_device_ids") or []}
+    assert plugin.cdi_devices() - before == later_ids, (
+        "after the retry the node holds other CDI devices than the retried claim's: "
+        f"{sorted(plugin.cdi_devices() - before)}")
