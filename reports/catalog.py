@@ -200,6 +200,10 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement("DISRUPT-006", "A NoExecute device taint on a running VM's device evicts its "
                 "launcher; the VM's next VMI stays pending with the reason, and runs with the "
                 "device once the rule is gone.", Source.KUBERNETES, _O),
+    Requirement("DISRUPT-007", "A running DRA VM's device taken off the bus shows Unhealthy in "
+                "the launcher pod's allocatedResourcesStatus (KEP-4680), the VM's fate is "
+                "reported, and a bus rescan gives the device back (where the profile "
+                "promises healthReporting).", Source.KUBERNETES, _O),
     Requirement("PLUGIN-001", "After a kubelet restart the plugin is registered again: it "
                 "publishes the node's devices again (the kubelet deletes the node's slices at "
                 "startup), a claim prepared before gets the same answer, and a new pod's "

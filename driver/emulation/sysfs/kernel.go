@@ -9,8 +9,9 @@ import (
 )
 
 // Kernel is the EMULATED kernel side of driver binding and hot removal: it reacts to
-// writes to driver_override, drivers/<drv>/unbind, drivers/<drv>/bind, drivers_probe
-// and a device's remove as Linux does (Documentation/ABI/testing/sysfs-bus-pci).
+// writes to driver_override, drivers/<drv>/unbind, drivers/<drv>/bind, drivers_probe,
+// a device's remove and the bus's rescan as Linux does
+// (Documentation/ABI/testing/sysfs-bus-pci).
 type Kernel struct {
 	Root string
 }
@@ -63,18 +64,46 @@ func (k Kernel) bind(bdf, drv string) {
 	}
 }
 
-// remove takes the function off the bus: its device folder and every link to it go.
+// removed is where a function taken off the bus waits in its slot for a rescan.
+func (k Kernel) removed(bdf string) string {
+	return filepath.Join(k.Root, ".emulation", "removed", bdf)
+}
+
+// remove takes the function off the bus: its driver lets go of it, and its device
+// folder and every link to it go. The hardware stays in its slot, for a rescan.
 func (k Kernel) remove(bdf string) {
 	dev, err := filepath.EvalSymlinks(k.device(bdf))
 	if err != nil {
 		return
 	}
+	k.unbind(bdf)
 	if group, err := filepath.EvalSymlinks(filepath.Join(dev, "iommu_group")); err == nil {
 		_ = os.Remove(filepath.Join(group, "devices", bdf))
 	}
 	_ = os.Remove(k.device(bdf))
-	_ = os.RemoveAll(dev)
-	_ = os.RemoveAll(filepath.Dir(k.stash(bdf)))
+	_ = os.MkdirAll(filepath.Dir(k.removed(bdf)), 0o755)
+	_ = os.RemoveAll(k.removed(bdf))
+	_ = os.Rename(dev, k.removed(bdf))
+}
+
+// rescan finds every removed function in its slot again, as a write of 1 to
+// bus/pci/rescan does: each comes back in its IOMMU group, without a driver_override (a
+// new pci_dev has none), probed by its native driver.
+func (k Kernel) rescan() {
+	slots, _ := os.ReadDir(filepath.Join(k.Root, ".emulation", "removed"))
+	for _, slot := range slots {
+		bdf := slot.Name()
+		dev := filepath.Join(k.Root, "devices/pci0000:00", bdf)
+		if err := os.Rename(k.removed(bdf), dev); err != nil {
+			continue
+		}
+		_ = os.Symlink("../../../devices/pci0000:00/"+bdf, k.device(bdf))
+		if group, err := filepath.EvalSymlinks(filepath.Join(dev, "iommu_group")); err == nil {
+			_ = os.Symlink("../../../../devices/pci0000:00/"+bdf, filepath.Join(group, "devices", bdf))
+		}
+		_ = os.WriteFile(filepath.Join(dev, "driver_override"), []byte("(null)\n"), 0o644)
+		k.bind(bdf, "nvme")
+	}
 }
 
 func readOverride(dev string) string {
@@ -105,6 +134,9 @@ func (k Kernel) Step() {
 		if takeRequest(filepath.Join(k.device(dev.Name()), "remove")) == "1" {
 			k.remove(dev.Name())
 		}
+	}
+	if takeRequest(filepath.Join(k.Root, "bus/pci/rescan")) == "1" {
+		k.rescan()
 	}
 	if probe != "" {
 		drv := readOverride(k.device(probe))

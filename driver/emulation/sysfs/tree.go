@@ -65,6 +65,9 @@ func Build(root string, controllers []Controller) error {
 	if err := write(filepath.Join(root, "bus/pci/drivers_probe"), ""); err != nil {
 		return err
 	}
+	if err := write(filepath.Join(root, "bus/pci/rescan"), ""); err != nil { // write-only
+		return err
+	}
 	for _, c := range controllers {
 		bdf := c.BDF()
 		dev := filepath.Join(root, "devices/pci0000:00", bdf)
