@@ -220,6 +220,11 @@ REQUIREMENTS: tuple[Requirement, ...] = (
                 "claim succeeds once that claim is unprepared, leaving nothing of the failed "
                 "try (\"must run pod if NodePrepareResources fails and then succeeds\"; "
                 "where the profile promises exclusivePrepare).", Source.DRA_NODE_E2E, _O),
+    Requirement("PLUGIN-005", "A pod's device health follows the device and the plugin: "
+                "Healthy, Unhealthy while the device is off the bus, Healthy after a rescan, "
+                "Unknown while the plugin is gone (\"should reflect device health changes in "
+                "the Pod's status\", \"should update health to Unknown when plugin stops\"; "
+                "where the profile promises healthReporting).", Source.DRA_NODE_E2E, _O),
     Requirement("DISRUPT-004", "Evicting a DRA VM's launcher, as a drain does, acts as its "
                 "eviction strategy says: refused naming the reason under LiveMigrate (a VM "
                 "with a host device cannot migrate), the VM stopped under None and started "

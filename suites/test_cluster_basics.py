@@ -10,7 +10,7 @@ import pytest
 from core import waits
 from core.timeouts import Timeout
 from fixtures import markers
-from fixtures.builders.pod import new_pod, with_command, with_pod_node_selector
+from fixtures.builders.pod import CONTAINER, new_pod, with_command, with_pod_node_selector
 from kubevirtci.capabilities import Capability
 
 pytestmark = [markers.cluster]
@@ -19,7 +19,7 @@ HTTP_GET = "GET / HTTP/1.0\r\n\r\n"
 
 
 def _exec(kube, pod, namespace, script):
-    return kube.exec(pod, namespace, "ctr", ["sh", "-c", script])
+    return kube.exec(pod, namespace, CONTAINER, ["sh", "-c", script])
 
 
 def _node_names(kube) -> list[str]:

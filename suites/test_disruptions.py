@@ -14,7 +14,7 @@ from kubernetes.client.rest import ApiException
 from core import waits
 from core.kube import Kube
 from core.profile import Promise
-from core.timeouts import Timeout, WaitTimeout
+from core.timeouts import Timeout
 from fixtures import disruptions, markers, vms
 from fixtures.builders.devicetaintrule import new_device_taint_rule, selecting_device
 from fixtures.builders.virtualmachine import with_run_strategy
@@ -26,6 +26,7 @@ from fixtures.builders.vmi import (
 from fixtures.claims import REQUEST, FreeDevice, pinned_claim
 from fixtures.devices import PCI_BUS_ID
 from fixtures.dra_checks import Reach, VmDevice, check_every_level
+from fixtures.health import wait_until_health
 from fixtures.launcher import COMPUTE
 from fixtures.released import wait_until_released
 from kubevirtci.capabilities import Capability
@@ -217,32 +218,6 @@ def test_a_no_execute_device_taint_evicts_the_launcher_and_the_vm_waits_for_the_
     _check_pinned(kube, reach, _next_vmi(kube, before, "the taint was removed"), profile, bdf)
 
 
-def _device_health(pod: dict[str, Any], entry: str, request: str) -> list[str]:
-    """The health the kubelet reports for the device(s) of the pod's claim ``entry`` and
-    ``request`` in the compute container's ``allocatedResourcesStatus`` (KEP-4680)."""
-    name = f"claim:{entry}/{request}"
-    return [resource.get("health", "") for status in
-            (pod.get("status") or {}).get("containerStatuses") or []
-            if status.get("name") == COMPUTE
-            for allocated in status.get("allocatedResourcesStatus") or []
-            if allocated.get("name") == name
-            for resource in allocated.get("resources") or []]
-
-
-def _wait_until_health(kube: Kube, pod: dict[str, Any], health: str) -> None:
-    name, namespace = pod["metadata"]["name"], pod["metadata"]["namespace"]
-    seen: list[str] = []
-
-    def reported() -> bool:
-        seen[:] = _device_health(kube.get("Pod", name, namespace), "nvme", REQUEST)
-        return seen == [health]
-
-    try:
-        waits.poll(reported, Timeout.DEVICE_HEALTH, f"the VM's device reported {health}")
-    except WaitTimeout as err:
-        raise AssertionError(f"{err}; the launcher pod reports {seen}") from err
-
-
 @markers.exclusive_devices  # a function off the bus leaves the pool one short for everyone
 @markers.requirement("DISRUPT-007")
 def test_a_dra_vms_device_off_the_bus_shows_unhealthy_and_comes_back_on_a_rescan(
@@ -253,11 +228,11 @@ def test_a_dra_vms_device_off_the_bus_shows_unhealthy_and_comes_back_on_a_rescan
     device = free_device()
     _, before, bdf = _pinned_vm_running(kube, objects, namespace, profile, reach, device)
     node = cluster.provider.node(device.node)
-    _wait_until_health(kube, before.pod, "Healthy")
+    wait_until_health(kube, before.pod, COMPUTE, "nvme", REQUEST, "Healthy")
     published = disruptions.published_devices(kube, profile.driver, device.node)
     disruptions.remove_function(node, bdf)
     try:
-        _wait_until_health(kube, before.pod, "Unhealthy")
+        wait_until_health(kube, before.pod, COMPUTE, "nvme", REQUEST, "Unhealthy")
         vmi = kube.find("VirtualMachineInstance", "vm", namespace) or {}
         status = vmi.get("status") or {}
         # KubeVirt does not act on device health (v1.9): what happened is reported.

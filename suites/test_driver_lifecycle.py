@@ -7,9 +7,13 @@ A removal test puts the driver back from what it removed, whatever happens."""
 
 from __future__ import annotations
 
+import pytest
+
 from core import waits
+from core.profile import Promise
 from core.timeouts import Timeout
 from fixtures import disruptions, markers
+from fixtures.builders.pod import CONTAINER as POD_CONTAINER
 from fixtures.builders.pod import (
     new_pod,
     with_container_claim,
@@ -17,6 +21,8 @@ from fixtures.builders.pod import (
     with_pod_node_selector,
 )
 from fixtures.claims import REQUEST, FreeDevice, pinned_claim
+from fixtures.devices import PCI_BUS_ID
+from fixtures.health import wait_until_health
 from kubevirtci.capabilities import Capability
 
 pytestmark = [
@@ -97,3 +103,39 @@ def _driver_devices(kube, profile) -> list[tuple[str, str, str]]:
     return sorted((s["spec"].get("nodeName") or "", s["spec"]["pool"]["name"], d["name"])
                   for s in kube.list("ResourceSlice") if s["spec"]["driver"] == profile.driver
                   for d in s["spec"].get("devices") or [])
+
+
+@markers.requires(Capability.NODE_ACCESS)
+@markers.requirement("PLUGIN-005")
+def test_device_health_follows_the_device_and_the_plugin(
+        kube, cluster, objects, namespace, profile, free_device):
+    """Mirrors "should reflect device health changes in the Pod's status" and "should
+    update health to Unknown when plugin stops and recover upon restart"
+    (test/e2e_node/dra_test.go): Healthy; Unhealthy while the device is off the bus;
+    Healthy once a rescan gives it back; Unknown while the plugin is gone; Healthy again."""
+    if profile.health_reporting != Promise.YES:
+        pytest.skip(f"profile {profile.name} does not promise to report device health "
+                    f"(promises.healthReporting: {profile.health_reporting})")
+    device = free_device()
+    _pod_with_device(objects, profile, device, "watched")
+    pod = waits.wait_until_pod_running(kube, "watched", namespace)
+    node = cluster.provider.node(device.node)
+    published = disruptions.published_devices(kube, profile.driver, device.node)
+
+    def reported(health: str) -> None:
+        wait_until_health(kube, pod, POD_CONTAINER, "dev", REQUEST, health)
+
+    reported("Healthy")
+    disruptions.remove_function(node, str(device.attributes[PCI_BUS_ID]))
+    try:
+        reported("Unhealthy")
+    finally:
+        disruptions.rescan_bus(node)
+        disruptions.wait_until_published(kube, profile.driver, device.node, published)
+    reported("Healthy")
+    removed = disruptions.remove_daemonset(kube, *disruptions.driver_daemonset(kube, profile))
+    try:
+        reported("Unknown")
+    finally:
+        disruptions.restore_daemonset(kube, removed)
+    reported("Healthy")

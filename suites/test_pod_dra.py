@@ -11,6 +11,7 @@ from core.container_edits import parse_env
 from core.timeouts import Timeout
 from fixtures import markers
 from fixtures.builders.pod import (
+    CONTAINER,
     EXIT_ON_TERM,
     new_pod,
     with_command,
@@ -124,7 +125,7 @@ def test_cdi_edits_and_metadata_reach_the_container_and_name_the_allocated_devic
     [given] = given_devices(kube, claim)
 
     def run(script: str) -> str:
-        return kube.exec("p", namespace, "ctr", ["sh", "-c", script])
+        return kube.exec("p", namespace, CONTAINER, ["sh", "-c", script])
 
     expected_env = edits.env_for(given)
     env = parse_env(run("env").splitlines())
@@ -176,7 +177,7 @@ def test_a_container_given_a_function_sees_it_in_sysfs_with_its_iommu_group(
     bdf = claim_device_attributes(kube, waits.wait_until_claim_allocated(kube, "c", namespace))[0][
         PCI_BUS_ID]
     entry = f"/sys/bus/pci/devices/{bdf}"
-    out = kube.exec("p", namespace, "ctr", ["sh", "-c",
+    out = kube.exec("p", namespace, CONTAINER, ["sh", "-c",
                     f"cat {entry}/vendor {entry}/device; basename $(readlink {entry}/iommu_group);"
                     " ls /dev/vfio"])
     vendor, device, group, *vfio = out.split()
