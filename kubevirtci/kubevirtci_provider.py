@@ -17,7 +17,7 @@ from typing import Any
 
 import filelock
 
-from core.commands import CommandRunner, Stdin, check
+from core.commands import CommandFailed, CommandRunner, Stdin, check
 from core.errors import SuiteUsageError
 from core.timeouts import Timeout
 from kubevirtci.capabilities import Capabilities, Capability
@@ -33,6 +33,8 @@ DEFAULT_K8S_PROVIDER = "k8s-1.36"  # when a checkout names no stable provider
 DEFAULT_NUM_NODES = 2
 DEFAULT_NVME_ARGS = " ".join(["--nvme 1G"] * NVME_PER_NODE)
 CLUSTER_REGISTRY = "registry:5000"  # the in-cluster name of kubevirtci's registry
+JOURNAL_UNITS = ("kubelet", "crio")  # kubevirtci's nodes run CRI-O under systemd
+JOURNAL_LINES = 5000  # the time around a failure
 PODMAN_SOCKET = "/run/podman/podman.sock"  # kubevirtci's default KUBEVIRTCI_PODMAN_SOCKET
 CACHE_ROOT = Path(os.environ.get("KDC_CACHE", Path.home() / ".cache" / "kdc"))
 
@@ -244,6 +246,25 @@ class KubevirtciProvider(Provider):
                     Capability.KUBELET_RESTART):
             caps.grant(cap)
         return caps
+
+    def collect_logs(self, dest: Path) -> list[Path]:
+        """Each node's kubelet and container runtime journal (the last lines of each),
+        as kind's ``export logs`` takes them; a node that does not answer is written
+        down, not raised."""
+        dest.mkdir(parents=True, exist_ok=True)
+        written = []
+        for index in range(1, self.settings.num_nodes + 1):
+            node = f"node{index:02d}"
+            for unit in JOURNAL_UNITS:
+                path = dest / f"{node}-{unit}.log"
+                try:
+                    text = self.node(node).run(["sudo", "journalctl", "--no-pager", "-u", unit,
+                                                "-n", str(JOURNAL_LINES)])
+                except (NodeCommandFailed, CommandFailed) as err:
+                    text = f"(not exported: {err})\n"
+                path.write_text(text)
+                written.append(path)
+        return written
 
     def down(self) -> None:
         if self.settings.keep_cluster or not self.started_here:

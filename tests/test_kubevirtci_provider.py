@@ -9,6 +9,7 @@ import pytest
 from core.commands import CommandFailed, CommandResult
 from core.errors import SuiteUsageError
 from kubevirtci.kubevirtci_provider import (
+    JOURNAL_LINES,
     KubevirtciProvider,
     KubevirtciSettings,
     cluster_image,
@@ -253,3 +254,15 @@ def test_preflight_accepts_a_docker_that_answers(checkout, tmp_path):
     runner = RecordingRunner({("docker", "ps"): (0, "CONTAINER ID\n")})
     _preflight(checkout, runner, {"PATH": _docker_on_path(tmp_path),
                                   "KUBEVIRTCI_PODMAN_SOCKET": str(tmp_path / "none")})
+
+
+def test_component_logs_are_each_nodes_kubelet_and_runtime_journal(checkout, tmp_path):
+    runner = RecordingRunner(answers={("cluster-up/ssh.sh", "node02"): (255, "")})
+    written = provider(checkout, runner).collect_logs(tmp_path / "logs")
+    assert sorted(p.name for p in written) == [
+        "node01-crio.log", "node01-kubelet.log", "node02-crio.log", "node02-kubelet.log"]
+    assert [call["argv"] for call in runner.calls] == [
+        ["cluster-up/ssh.sh", node, "--", node_command(
+            ["sudo", "journalctl", "--no-pager", "-u", unit, "-n", str(JOURNAL_LINES)])]
+        for node in ("node01", "node02") for unit in ("kubelet", "crio")]
+    assert "not exported" in (tmp_path / "logs" / "node02-kubelet.log").read_text()
