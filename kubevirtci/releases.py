@@ -140,6 +140,8 @@ FIRST_AVAILABLE = "first_available"  # a VMI whose device a firstAvailable reque
 ALLOW_LIST = "allow_list"
 # a VMI whose host device names an extended resource a DeviceClass serves (KEP-5004)
 EXTENDED_RESOURCE = "extended_resource"
+# a node's kubelet restarted while KubeVirt's host device plugins serve there
+KUBELET_RESTART = "kubelet_restart"
 # renderresources.go validatePermittedHostDevices checks every hostDevices entry against
 # permittedHostDevices, and a DRA entry has no deviceName: "HostDevice  is not permitted".
 # (Its GPU loop is skipped whole while GPUsWithDRA is on: DRA GPUs pass.)
@@ -187,6 +189,19 @@ EXTENDED_RESOURCE_UNSEEN = KnownBug(
     "plugin sets: the launcher gets the device, virt-launcher never finds it", None, None,
     seen_by_signature=True)
 
+# pkg/virt-handler/device-manager/device_plugin_base.go of 1.9.0 (seen here; the PR
+# reports it on 1.8.0 too, whose code is not read yet): `done` and
+# `deregistered` are made once per plugin object, and ListAndWatch closes `deregistered`
+# unguarded, so a plugin stopped and started again (every kubelet restart) panics. The
+# restarted virt-handler then discovers anew every permitted function bound to vfio-pci,
+# a DRA-prepared one included (discoverPermittedHostPCIDevices).
+DEVICE_PLUGIN_RESTART_PANIC = KnownBug(
+    KUBELET_RESTART, "virt-handler panics (close of closed channel in DevicePluginBase."
+    "ListAndWatch) when the kubelet restarts on a node where it serves host device "
+    "plugins; restarted, it adopts into its device plugin every permitted function then "
+    "bound to vfio-pci, a DRA-prepared one included", "kubevirt/kubevirt#18622", None,
+    needs_permitted_host_devices=True, seen_by_signature=True)
+
 RELEASES: tuple[Release, ...] = (
     Release(
         (1, 6, 0), ("v1.6.1",), "2507072117-b751e332", _GATES_UP_TO_1_8, frozenset(), (), None,
@@ -224,7 +239,7 @@ RELEASES: tuple[Release, ...] = (
         _HOST_DEVICE_RULES_V1_8_3 | {"claim-name-not-dns-label", "claim-and-template-both-set",
                                     "claim-and-template-both-missing"},
         (METADATA_V1ALPHA1,), KEP_5304_ROOT, None, _METADATA_DIR,
-        (SUBREQUEST_METADATA_NAME, EXTENDED_RESOURCE_UNSEEN)),
+        (SUBREQUEST_METADATA_NAME, EXTENDED_RESOURCE_UNSEEN, DEVICE_PLUGIN_RESTART_PANIC)),
 )
 OLDEST = RELEASES[0].since
 

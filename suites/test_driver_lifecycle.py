@@ -50,7 +50,8 @@ def _pod_with_device(objects, profile, device: FreeDevice, name: str) -> None:
 @markers.requires(Capability.KUBELET_RESTART)
 @markers.requirement("PLUGIN-001")
 def test_after_a_kubelet_restart_the_plugin_is_registered_again_and_keeps_its_claims(
-        kube, cluster, objects, namespace, profile, plugin, prepared, device, free_device):
+        virt_handlers_rediscover, kube, cluster, objects, namespace, profile, plugin,
+        prepared, device, free_device):
     """Mirrors "must register after Kubelet restart" (test/e2e_node/dra_test.go)."""
     claim, first = prepared
     published = disruptions.published_devices(kube, profile.driver, device.node)
