@@ -45,6 +45,9 @@ class KnownBug:
     # The test raises core.errors.KnownBugSeen on the bug's own signature; any other
     # failure is a failure.
     seen_by_signature: bool = False
+    # A race: the bug shows on some runs only, so a pass is an XPASS, not a failure (a
+    # strict xfail would flake); seen, it is an xfail naming it.
+    racy: bool = False
 
     def reason(self, version: str) -> str:
         return (f"KubeVirt {version} bug: {self.summary} "
@@ -198,9 +201,9 @@ EXTENDED_RESOURCE_UNSEEN = KnownBug(
 DEVICE_PLUGIN_RESTART_PANIC = KnownBug(
     KUBELET_RESTART, "virt-handler panics (close of closed channel in DevicePluginBase."
     "ListAndWatch) when the kubelet restarts on a node where it serves host device "
-    "plugins; restarted, it adopts into its device plugin every permitted function then "
-    "bound to vfio-pci, a DRA-prepared one included", "kubevirt/kubevirt#18622", None,
-    needs_permitted_host_devices=True, seen_by_signature=True)
+    "plugins (on some restarts: a race); restarted, it adopts into its device plugin every "
+    "permitted function then bound to vfio-pci, a DRA-prepared one included", "kubevirt/kubevirt#18622", None,
+    needs_permitted_host_devices=True, seen_by_signature=True, racy=True)
 
 RELEASES: tuple[Release, ...] = (
     Release(
