@@ -203,7 +203,8 @@ DEVICE_PLUGIN_RESTART_PANIC = KnownBug(
     "ListAndWatch) when the kubelet restarts on a node where it serves host device "
     "plugins (on some restarts: a race); restarted, it adopts into its device plugin every "
     "permitted function then bound to vfio-pci, a DRA-prepared one included",
-    "kubevirt/kubevirt#18622", None, needs_permitted_host_devices=True, seen_by_signature=True, racy=True)
+    "kubevirt/kubevirt#18622", None, needs_permitted_host_devices=True,
+    seen_by_signature=True, racy=True)
 
 RELEASES: tuple[Release, ...] = (
     Release(
