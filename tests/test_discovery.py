@@ -232,3 +232,11 @@ def test_device_taints_are_a_capability_where_the_api_serves_device_taint_rules(
         {"name": "resourceclaims"}, {"name": "devicetaintrules"},
         {"name": "devicetaintrules/status"}]}
     assert capabilities_from(discover(api), DRIVER, DP).has(Capability.DEVICE_TAINTS)
+
+
+def test_the_virt_handler_panic_on_a_kubelet_restart_is_a_racy_bug_of_mixed_nodes():
+    k8s, release = (1, 37, 2), release_for((1, 9, 0))
+    [bug] = release.bugs_on("kubelet_restart", True, k8s, "hostDevice")
+    assert bug.upstream == "kubevirt/kubevirt#18622" and bug.racy and bug.seen_by_signature
+    # only where KubeVirt serves host device plugins (permittedHostDevices)
+    assert release.bugs_on("kubelet_restart", False, k8s, "hostDevice") == []
