@@ -43,6 +43,8 @@ class Timeout(Enum):
     SLICES_PUBLISHED = ("the driver publishes ResourceSlices", 120)
     PLUGIN_RESTART = ("a deleted driver plugin pod is replaced and ready", 120)
     DEVICE_HEALTH = ("the kubelet reports a device's health in its pod's status", 120)
+    DEVICE_PLUGINS_SETTLE = ("node agents' device plugins re-register after a kubelet "
+                             "restart", 30)
     SLICES_REMOVED = ("the kubelet removes a gone plugin's ResourceSlices", 180)
     KUBELET_BACK = ("a restarted kubelet renews its node's lease and the node is Ready", 120)
     SONOBUOY_RUN = ("Sonobuoy runs the suite's plugin to its end", 3600)

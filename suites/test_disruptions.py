@@ -111,8 +111,8 @@ def test_a_dra_vm_runs_on_through_a_kubelet_restart(
     node = cluster.provider.node(device.node)
     published = disruptions.published_devices(kube, profile.driver, device.node)
     disruptions.restart_kubelet(kube, node)
-    handler_restarts = disruptions.virt_handler_restarts(kube).get(device.node, 0)
-    if handler_restarts > virt_handlers_rediscover.get(device.node, 0):
+    if disruptions.virt_handler_restarted(kube, device.node,
+                                          virt_handlers_rediscover.get(device.node, 0)):
         raise KnownBugSeen(f"virt-handler on {device.node} restarted during the kubelet "
                            "restart")
     disruptions.wait_until_published(kube, profile.driver, device.node, published)
