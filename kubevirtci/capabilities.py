@@ -30,6 +30,8 @@ class Capability(StrEnum):
     HOST_DEVICE_VMS = "host-device-vms"
     DRIVER_PLUGIN_SOCKET = "driver-plugin-socket"  # kubelet plugin socket reachable
     KUBELET_RESTART = "kubelet-restart"  # the provider restarts a node's kubelet
+    # the suite may roll, remove and put back the driver (it installed it)
+    DRIVER_DISRUPTION = "driver-disruption"
     DEVICE_TAINTS = "device-taints"  # resource.k8s.io/v1 DeviceTaintRule served (KEP-5055)
     TWO_DEVICES_PER_NODE = "two-devices-per-node"
 

@@ -29,6 +29,9 @@ class ExistingProvider(Provider):
         caps = Capabilities()
         caps.deny(Capability.NODE_ACCESS,
                   "provider 'existing' has no node shell; use kubevirtci or local")
+        caps.deny(Capability.DRIVER_DISRUPTION,
+                  "provider 'existing': the suite does not roll or remove a driver it did not "
+                  "install")
         caps.deny(Capability.KUBELET_RESTART,
                   "provider 'existing' cannot restart a node's kubelet; use kubevirtci or local")
         # Reached from a short-lived client pod on the node (fixtures/node_client.py).

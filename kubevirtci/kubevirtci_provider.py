@@ -243,7 +243,7 @@ class KubevirtciProvider(Provider):
         caps = Capabilities()
         for cap in (Capability.NODE_ACCESS, Capability.GUEST_ACCESS, Capability.VFIO,
                     Capability.HOST_DEVICE_VMS, Capability.DRIVER_PLUGIN_SOCKET,
-                    Capability.KUBELET_RESTART):
+                    Capability.KUBELET_RESTART, Capability.DRIVER_DISRUPTION):
             caps.grant(cap)
         return caps
 

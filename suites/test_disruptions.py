@@ -122,6 +122,7 @@ def test_a_dra_vm_runs_on_through_a_kubelet_restart(
 
 
 @markers.exclusive_devices  # every test preparing a device would see the rollout
+@markers.requires(Capability.DRIVER_DISRUPTION)
 @markers.requirement("DISRUPT-002")
 def test_dra_vms_run_on_through_a_rolling_restart_of_the_driver(
         kube, objects, namespace, profile, reach, cluster, free_device):

@@ -65,6 +65,7 @@ def test_after_a_kubelet_restart_the_plugin_is_registered_again_and_keeps_its_cl
     waits.wait_until_pod_running(kube, "after", namespace)
 
 
+@markers.requires(Capability.DRIVER_DISRUPTION)
 @markers.requirement("PLUGIN-002")
 def test_a_rolling_update_keeps_slices_and_prepared_claims_and_runs_new_pods(
         kube, objects, namespace, profile, plugin, prepared, device, free_device):
@@ -82,6 +83,7 @@ def test_a_rolling_update_keeps_slices_and_prepared_claims_and_runs_new_pods(
     assert plugin.prepare(claim) == first, "a claim prepared before the update changed"
 
 
+@markers.requires(Capability.DRIVER_DISRUPTION)
 @markers.requirement("PLUGIN-003")
 def test_a_removed_driver_takes_its_slices_with_it_and_publishes_them_again_when_back(
         kube, profile):
@@ -106,7 +108,7 @@ def _driver_devices(kube, profile) -> list[tuple[str, str, str]]:
                   for d in s["spec"].get("devices") or [])
 
 
-@markers.requires(Capability.NODE_ACCESS)
+@markers.requires(Capability.NODE_ACCESS, Capability.DRIVER_DISRUPTION)
 @markers.requirement("PLUGIN-005")
 def test_device_health_follows_the_device_and_the_plugin(
         kube, cluster, objects, namespace, profile, free_device):

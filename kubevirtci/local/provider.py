@@ -66,7 +66,7 @@ class LocalProvider(Provider):
         caps = Capabilities()
         for cap in (Capability.NODE_ACCESS, Capability.DRIVER_PLUGIN_SOCKET,
                     Capability.GUEST_ACCESS, Capability.HOST_DEVICE_VMS,
-                    Capability.KUBELET_RESTART):
+                    Capability.KUBELET_RESTART, Capability.DRIVER_DISRUPTION):
             caps.grant(cap)
         caps.deny(Capability.VFIO, "PCI is emulated here: no IOMMU or VFIO on this host")
         return caps
