@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 
@@ -77,26 +78,44 @@ func setUp(root, devRoot, state string, controllers []sysfs.Controller) error {
 			return err
 		}
 	}
-	nodes := []string{"vfio"}
-	for _, c := range controllers {
-		nodes = append(nodes, strconv.Itoa(c.IOMMUGroup))
+	devices, err := os.ReadFile("/proc/devices")
+	if err != nil {
+		return err
 	}
-	for _, name := range nodes {
-		if err := charDevice(filepath.Join(devRoot, "vfio", name)); err != nil {
+	groupMajor, err := sysfs.FreeDynamicMajor(string(devices))
+	if err != nil {
+		return err
+	}
+	// Numbers of their own, as the kernel gives them: the container (misc 10:196) and
+	// each group a minor of the vfio driver's dynamic major. No driver is behind them
+	// here, so nothing may open them; only the EMULATED QEMU front would, and it knows.
+	if err := charDevice(filepath.Join(devRoot, "vfio", "vfio"), sysfs.MiscMajor, sysfs.VFIOMinor); err != nil {
+		return err
+	}
+	for _, c := range controllers {
+		if err := charDevice(filepath.Join(devRoot, "vfio", strconv.Itoa(c.IOMMUGroup)), groupMajor, uint32(c.IOMMUGroup)); err != nil {
 			return err
 		}
 	}
+	klog.InfoS("EMULATION: /dev/vfio nodes made with no driver behind them", "container", fmt.Sprintf("%d:%d", sysfs.MiscMajor, sysfs.VFIOMinor), "groupMajor", groupMajor)
 	return nil
 }
 
-// charDevice makes a character node with /dev/null's numbers (1:3): the container
-// runtime sees a real device node, whose reads and writes go nowhere.
-func charDevice(path string) error {
-	if _, err := os.Stat(path); err == nil {
-		return nil
+// charDevice makes (or remakes, when an earlier emulator gave it other numbers) a
+// character node major:minor: the container runtime sees a real device node.
+func charDevice(path string, major, minor uint32) error {
+	want := unix.Mkdev(major, minor)
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err == nil {
+		if st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == want {
+			return nil
+		}
+		if err := os.Remove(path); err != nil {
+			return err
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return syscall.Mknod(path, syscall.S_IFCHR|0o666, 1<<8|3)
+	return unix.Mknod(path, unix.S_IFCHR|0o666, int(want))
 }

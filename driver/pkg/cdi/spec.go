@@ -28,11 +28,14 @@ type Spec struct {
 
 // DeviceEdits is what one prepared device adds to a container.
 type DeviceEdits struct {
-	Name        string // CDI device name: unique per claim, never reused
-	PCIAddress  string
-	Serial      string
-	IOMMUGroup  int
-	Request     string
+	Name       string // CDI device name: unique per claim, never reused
+	PCIAddress string
+	Serial     string
+	IOMMUGroup int
+	Request    string
+	// Observe: an admin-access claim's device (KEP-5018): the env that names it, not
+	// the VFIO group another claim's container may hold.
+	Observe     bool
 	Annotations map[string]string // the driver's own record of the device
 }
 
@@ -80,20 +83,21 @@ func EnvName(request, suffix string) string {
 func (s Spec) Build(annotations map[string]string, devices []DeviceEdits) (*specs.Spec, error) {
 	spec := &specs.Spec{Kind: s.Kind(), Annotations: annotations}
 	for _, d := range devices {
-		group := fmt.Sprintf("/dev/vfio/%d", d.IOMMUGroup)
-		spec.Devices = append(spec.Devices, specs.Device{
-			Name:        d.Name,
-			Annotations: d.Annotations,
-			ContainerEdits: specs.ContainerEdits{
-				Env: []string{
-					EnvName(d.Request, "PCI_ADDRESS") + "=" + d.PCIAddress,
-					EnvName(d.Request, "SERIAL") + "=" + d.Serial,
-				},
-				DeviceNodes: []*specs.DeviceNode{
-					{Path: "/dev/vfio/vfio", HostPath: filepath.Join(s.DevRoot, "vfio", "vfio")},
-					{Path: group, HostPath: filepath.Join(s.DevRoot, "vfio", fmt.Sprint(d.IOMMUGroup))},
-				},
+		edits := specs.ContainerEdits{
+			Env: []string{
+				EnvName(d.Request, "PCI_ADDRESS") + "=" + d.PCIAddress,
+				EnvName(d.Request, "SERIAL") + "=" + d.Serial,
 			},
+		}
+		if !d.Observe {
+			group := fmt.Sprintf("/dev/vfio/%d", d.IOMMUGroup)
+			edits.DeviceNodes = []*specs.DeviceNode{
+				{Path: "/dev/vfio/vfio", HostPath: filepath.Join(s.DevRoot, "vfio", "vfio")},
+				{Path: group, HostPath: filepath.Join(s.DevRoot, "vfio", fmt.Sprint(d.IOMMUGroup))},
+			}
+		}
+		spec.Devices = append(spec.Devices, specs.Device{
+			Name: d.Name, Annotations: d.Annotations, ContainerEdits: edits,
 		})
 	}
 	version, err := cdiapi.MinimumRequiredVersion(spec)

@@ -133,7 +133,9 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 			return nil, d.rollback(uid, prepared, fmt.Errorf("device %s of pool %s is not this node's (pool %s)",
 				result.Device, result.Pool, d.cfg.NodeName))
 		}
-		if holder := d.cfg.Checkpoint.Holder(result.Device); holder != "" {
+		// An admin-access result (KEP-5018) observes a device another claim may hold.
+		admin := result.AdminAccess != nil && *result.AdminAccess
+		if holder := d.cfg.Checkpoint.Holder(result.Device); holder != "" && !admin {
 			return nil, d.rollback(uid, prepared, fmt.Errorf("device %s is already prepared for claim %s", result.Device, holder))
 		}
 		dev, ok := d.devices[result.Device]
@@ -141,21 +143,14 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 			return nil, d.rollback(uid, prepared, fmt.Errorf("device %s is not on node %s (or no longer advertisable)",
 				result.Device, d.cfg.NodeName))
 		}
-		original, err := d.cfg.Binder.Bind(dev.Function.BDF, pci.VFIODriver)
+		fn, original, err := d.claimFunction(dev, admin)
 		if err != nil {
-			return nil, d.rollback(uid, prepared, fmt.Errorf("binding %s to vfio-pci: %w", dev.Function.BDF, err))
+			return nil, d.rollback(uid, prepared, err)
 		}
-		group := d.cfg.Sysfs.IOMMUGroup(dev.Function.BDF)
-		if group < 0 {
-			noGroup := fmt.Errorf("%s has no IOMMU group: VFIO passthrough needs an IOMMU", dev.Function.BDF)
-			return nil, d.rollback(uid, prepared, errors.Join(noGroup, d.cfg.Binder.Restore(dev.Function.BDF, original)))
-		}
-		fn := dev.Function
-		fn.IOMMUGroup = group
 		cdiName := uid + "-" + dev.Name
 		record := state.PreparedDevice{
 			Request: result.Request, Pool: result.Pool, Device: result.Device, Function: fn,
-			OriginalDriver: original, CDIDeviceID: d.cfg.CDI.QualifiedName(cdiName),
+			OriginalDriver: original, CDIDeviceID: d.cfg.CDI.QualifiedName(cdiName), AdminAccess: admin,
 		}
 		prepared.Devices = append(prepared.Devices, record)
 		recorded, err := json.Marshal(record)
@@ -163,7 +158,7 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 			return nil, d.rollback(uid, prepared, err)
 		}
 		edits = append(edits, cdi.DeviceEdits{
-			Name: cdiName, PCIAddress: fn.BDF, Serial: fn.Serial, IOMMUGroup: group,
+			Name: cdiName, PCIAddress: fn.BDF, Serial: fn.Serial, IOMMUGroup: fn.IOMMUGroup, Observe: admin,
 			Request:     resourceclaim.BaseRequestRef(result.Request),
 			Annotations: map[string]string{d.annotation(preparedDeviceKey): string(recorded)},
 		})
@@ -178,12 +173,37 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	return d.results(prepared), nil
 }
 
+// claimFunction binds a device's function to vfio-pci for a claim that holds it (its
+// original driver is returned, to give it back to) and finds its IOMMU group; an
+// admin-access claim only reads the group: the function stays as its holder left it.
+func (d *Driver) claimFunction(dev inventory.Device, admin bool) (pci.Function, string, error) {
+	fn := dev.Function
+	original := ""
+	if !admin {
+		var err error
+		if original, err = d.cfg.Binder.Bind(fn.BDF, pci.VFIODriver); err != nil {
+			return fn, "", fmt.Errorf("binding %s to vfio-pci: %w", fn.BDF, err)
+		}
+	}
+	fn.IOMMUGroup = d.cfg.Sysfs.IOMMUGroup(fn.BDF)
+	if fn.IOMMUGroup < 0 {
+		noGroup := fmt.Errorf("%s has no IOMMU group: VFIO passthrough needs an IOMMU", fn.BDF)
+		if admin {
+			return fn, "", noGroup
+		}
+		return fn, "", errors.Join(noGroup, d.cfg.Binder.Restore(fn.BDF, original))
+	}
+	return fn, original, nil
+}
+
 // rollback returns devices bound during a failed prepare to their drivers and removes
 // the claim's CDI spec: the spec is what a checkpoint rebuild reads.
 func (d *Driver) rollback(uid string, prepared state.PreparedClaim, cause error) error {
 	errs := []error{cause, d.cfg.CDI.Remove(uid)}
 	for _, dev := range prepared.Devices {
-		errs = append(errs, d.cfg.Binder.Restore(dev.Function.BDF, dev.OriginalDriver))
+		if !dev.AdminAccess {
+			errs = append(errs, d.cfg.Binder.Restore(dev.Function.BDF, dev.OriginalDriver))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -243,6 +263,9 @@ func (d *Driver) unprepare(ctx context.Context, uid string) error {
 	}
 	logger := klog.FromContext(ctx)
 	for _, dev := range prepared.Devices {
+		if dev.AdminAccess {
+			continue // observed, never bound: its holder gives it back
+		}
 		if !d.cfg.Sysfs.Present(dev.Function.BDF) {
 			// Hot-removed: nothing to give back, and refusing would keep the pod from
 			// ever terminating.

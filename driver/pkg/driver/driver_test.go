@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -196,5 +197,61 @@ func TestPrepareRejectsUnknownAndUnallocatedClaims(t *testing.T) {
 	c.Status.Allocation = nil
 	if r := prepare(t, d, c); r.Err == nil {
 		t.Fatal("unallocated claim must fail")
+	}
+}
+
+func adminClaim(uid, device string) *resourceapi.ResourceClaim {
+	c := claim(uid, device)
+	admin := true
+	c.Status.Allocation.Devices.Results[0].AdminAccess = &admin
+	return c
+}
+
+func TestAnAdminAccessClaimObservesAHeldDeviceWithoutTakingIt(t *testing.T) {
+	n := newNode(t)
+	d := n.start(t)
+	if r := prepare(t, d, claim("uid-a", "nvme-0000-00-05-0")); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	observed := prepare(t, d, adminClaim("uid-admin", "nvme-0000-00-05-0"))
+	if observed.Err != nil {
+		t.Fatalf("an admin-access claim must be prepared for a held device: %v", observed.Err)
+	}
+	spec, err := os.ReadFile(filepath.Join(n.cdiDir, driverName+"-vfio_uid-admin.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(spec), "0000:00:05.0") || strings.Contains(string(spec), "/dev/vfio") {
+		t.Fatalf("an observer gets the env naming the device, not its VFIO group: %s", spec)
+	}
+	if err := unprepare(t, d, "uid-admin"); err != nil {
+		t.Fatal(err)
+	}
+	sys := pci.Sysfs{Root: n.root}
+	if got := sys.BoundDriver("0000:00:05.0"); got != pci.VFIODriver {
+		t.Fatalf("the observer's unprepare took the device from its holder: bound to %q", got)
+	}
+	if r := prepare(t, d, claim("uid-b", "nvme-0000-00-05-0")); r.Err == nil {
+		t.Fatal("the holder still holds the device after the observer is gone")
+	}
+	if err := unprepare(t, d, "uid-a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := sys.BoundDriver("0000:00:05.0"); got != "nvme" {
+		t.Fatalf("the holder's unprepare must give the device back: bound to %q", got)
+	}
+}
+
+func TestAnAdminAccessClaimDoesNotBlockAClaimThatHoldsTheDevice(t *testing.T) {
+	n := newNode(t)
+	d := n.start(t)
+	if r := prepare(t, d, adminClaim("uid-admin", "nvme-0000-00-06-0")); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if got := (pci.Sysfs{Root: n.root}).BoundDriver("0000:00:06.0"); got != "nvme" {
+		t.Fatalf("an observer must not bind the device: bound to %q", got)
+	}
+	if r := prepare(t, d, claim("uid-a", "nvme-0000-00-06-0")); r.Err != nil {
+		t.Fatalf("a holder after an observer: %v", r.Err)
 	}
 }

@@ -23,6 +23,9 @@ type PreparedDevice struct {
 	Function       pci.Function `json:"function"` // identity as seen before binding
 	OriginalDriver string       `json:"originalDriver"`
 	CDIDeviceID    string       `json:"cdiDeviceID"`
+	// AdminAccess: prepared for an admin-access claim (KEP-5018), which observes a
+	// device without holding it: nothing bound, nothing to give back.
+	AdminAccess bool `json:"adminAccess,omitempty"`
 }
 
 // PreparedClaim is a claim's prepared devices.
@@ -141,13 +144,14 @@ func (c *Checkpoint) Get(uid string) (PreparedClaim, bool) {
 	return pc, ok
 }
 
-// Holder returns the UID of the claim a device is prepared for, or "".
+// Holder returns the UID of the claim a device is prepared for, or "" (admin-access
+// claims observe a device; they hold none).
 func (c *Checkpoint) Holder(device string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for uid, pc := range c.Claims {
 		for _, d := range pc.Devices {
-			if d.Device == device {
+			if d.Device == device && !d.AdminAccess {
 				return uid
 			}
 		}
