@@ -11,19 +11,23 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 BUILTIN = ("request", "REQUEST", "device")
 
 
-@dataclass(frozen=True)
-class GivenDevice:
-    """One allocated device as the templates may name it."""
+class NamedDevice(Protocol):
+    """What the templates may name of an allocated device (``fixtures.devices.Device``)."""
 
-    request: str
-    name: str
-    attributes: Mapping[str, Any]
+    @property
+    def request(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def attributes(self) -> Mapping[str, Any]: ...
 
 
 class UnknownAttribute(LookupError):
@@ -38,10 +42,10 @@ class ContainerEdits:
     def __bool__(self) -> bool:
         return bool(self.env or self.device_nodes)
 
-    def env_for(self, device: GivenDevice) -> dict[str, str]:
+    def env_for(self, device: NamedDevice) -> dict[str, str]:
         return {render(name, device): render(value, device) for name, value in self.env}
 
-    def device_nodes_for(self, device: GivenDevice) -> list[str]:
+    def device_nodes_for(self, device: NamedDevice) -> list[str]:
         return [render(path, device) for path in self.device_nodes]
 
 
@@ -54,7 +58,7 @@ def env_spelling(request: str) -> str:
     return re.sub(r"[^A-Z0-9]", "_", request.upper())
 
 
-def render(template: str, device: GivenDevice) -> str:
+def render(template: str, device: NamedDevice) -> str:
     def value(match: re.Match[str]) -> str:
         key = match.group(1)
         if key == "request":

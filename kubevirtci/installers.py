@@ -39,13 +39,13 @@ class DriverInstaller:
             apply_documents(self.kube, docs)
             for doc in docs:
                 if doc["kind"] == "DaemonSet":
-                    wait_for_rollout(self.kube, doc["metadata"]["name"],
+                    wait_until_rolled_out(self.kube, doc["metadata"]["name"],
                                      doc["metadata"]["namespace"])
         wait_for(
             self.kube, "DeviceClass", self.profile.device_class, None,
             lambda o: o is not None, Timeout.DRIVER_READY, "driver DeviceClass",
         )
-        wait_for_slices(self.kube, self.profile.driver)
+        wait_until_slices_published(self.kube, self.profile.driver)
         return f"driver {self.profile.driver} applied, ResourceSlices published"
 
 
@@ -100,7 +100,7 @@ def pods_ready_on_every_node(pods: list[dict[str, Any]], nodes: int) -> Verdict:
     return len(ready_nodes) >= nodes
 
 
-def wait_for_rollout(kube: Kube, name: str, namespace: str) -> None:
+def wait_until_rolled_out(kube: Kube, name: str, namespace: str) -> None:
     log.info(f"waiting for DaemonSet {namespace}/{name} to roll out")
     ds = wait_for(kube, "DaemonSet", name, namespace, daemonset_rolled_out,
                   Timeout.DRIVER_READY, "DaemonSet rollout (updated and ready on every node)")
@@ -110,7 +110,7 @@ def wait_for_rollout(kube: Kube, name: str, namespace: str) -> None:
         Timeout.DRIVER_READY, f"DaemonSet {namespace}/{name}'s pods Ready on every node")
 
 
-def wait_for_slices(kube: Kube, driver: str) -> None:
+def wait_until_slices_published(kube: Kube, driver: str) -> None:
     """Wait until the driver has published at least one ResourceSlice with devices."""
     def published() -> bool:
         return any(

@@ -113,7 +113,7 @@ class KubeVirtInstaller:
             wait_for(self.kube, "CustomResourceDefinition", "kubevirts.kubevirt.io", None,
                      lambda o: has_condition(o, "Established"), Timeout.CRD_ESTABLISHED,
                      "the KubeVirt CRD to be established")
-            wait_for_deployment(self.kube, operator["metadata"]["name"], namespace,
+            wait_until_deployment_available(self.kube, operator["metadata"]["name"], namespace,
                                 Timeout.KUBEVIRT_OPERATOR_READY)
             log.info("creating the KubeVirt CR (DRA gates, HostDevices, NVMe device plugin)")
             cr = self.kube.apply(kubevirt_cr(namespace, self.configuration))
@@ -126,7 +126,8 @@ class KubeVirtInstaller:
             self.kube.patch("KubeVirt", name, patch, namespace)
             action += ", DRA gates enabled"
         for component in CONTROL_PLANE:
-            wait_for_deployment(self.kube, component, namespace, Timeout.KUBEVIRT_COMPONENT)
+            wait_until_deployment_available(self.kube, component, namespace,
+                                            Timeout.KUBEVIRT_COMPONENT)
         if self.await_node_agents:
             wait_for(self.kube, "KubeVirt", name, namespace,
                      lambda o: has_condition(o, "Available"), Timeout.KUBEVIRT_AVAILABLE,
@@ -169,7 +170,8 @@ def deployment_available(kube: Kube, name: str, namespace: str) -> Verdict:
     return pod_failure(pods_of(kube, deployment)) or False
 
 
-def wait_for_deployment(kube: Kube, name: str, namespace: str, timeout: Timeout) -> None:
+def wait_until_deployment_available(kube: Kube, name: str, namespace: str,
+                                    timeout: Timeout) -> None:
     log.info(f"waiting for {namespace}/{name}")
     try:
         poll(lambda: deployment_available(kube, name, namespace), timeout,

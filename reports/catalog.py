@@ -175,6 +175,14 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement("SANITY-015", "The CDI edits of a prepared device carry the env the "
                 "profile declares with the allocated device's values, and device nodes whose "
                 "host paths are the node's devices at the declared paths.", Source.CDI, _O),
+    Requirement("SANITY-016", "Every attribute the KEP-5304 metadata gives a prepared device "
+                "has the value the device's ResourceSlice gives it, where both carry it "
+                "(resource.kubernetes.io/pciBusID above all: KubeVirt passes through the "
+                "function the metadata names).", Source.KEP_5304, _O),
+    Requirement("SANITY-017", "A claim asking for admin access in a namespace labelled for "
+                "it is prepared for a device another claim holds and its pod runs, while the "
+                "holder keeps the device and its pod runs on (\"DaemonSet with admin "
+                "access\"; where the profile promises adminAccess).", Source.DRA_E2E, _O),
     Requirement("CLUSTER-001", "A pod reaches the API server through the kubernetes "
                 "Service.", Source.KUBERNETES),
     Requirement("CLUSTER-002", "A ClusterIP Service routes to a pod on another node.",

@@ -3,6 +3,8 @@ the run output folder; never a timed assertion.
 
     python scripts/benchmark.py [--runs N] [--skip-parallel] [--skip-conformance]
                                 [--skip-kubevirt-switches]
+    python scripts/benchmark.py --full-runs 2 0 2 3
+
 
 Measures: a first VM test's result from warm caches, the cluster down (target <= 120 s)
 and the same test on the kept cluster (<= 30 s), each from the command; hermetic cluster
@@ -216,6 +218,32 @@ def conformance_run(tag: str, workers: int) -> dict[str, object]:
     }
 
 
+def full_runs(workers: list[int]) -> int:
+    """Full runs on one kept cluster, with each worker count in turn, after one test has
+    brought the cluster, KubeVirt and the driver up (so that no run pays for set-up): the
+    speed-up and flakes of ``-n`` measured like with like. The JSON is written after every
+    run, so a long series stopped part-way keeps what it measured."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"full-runs-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    results: dict[str, object] = {"set_up_seconds": one_test_seconds(), "runs": []}
+    runs: list[dict[str, object]] = results["runs"]  # type: ignore[assignment]
+    for index, count in enumerate(workers):
+        runs.append(conformance_run(f"full-{index}-n{count}", count))
+        serial = [r["seconds"] for r in runs if r["workers"] == 0]
+        if serial:
+            results["speedups"] = {
+                f"-n {r['workers']}": round(statistics.median(serial) / r["seconds"], 2)
+                for r in runs if r["workers"]}
+        results["flaky_runs"] = sum(1 for r in runs if r["failed"])
+        path.write_text(json.dumps(results, indent=1))
+        run = runs[-1]
+        print(f"-n {count}: {run['seconds']} s, {run['passed']} passed, {run['failed']} "
+              f"failed or errors, {run['skipped']} skipped", flush=True)
+    print(f"speed-up against the median -n 0 run: {results.get('speedups', 'no -n 0 run')}; "
+          f"flaky runs: {results['flaky_runs']} of {len(runs)}; written: {path}")
+    return 0
+
+
 def main() -> int:
     log_to_stderr()
     parser = argparse.ArgumentParser()
@@ -226,7 +254,12 @@ def main() -> int:
     parser.add_argument("--skip-kubevirt-switches", action="store_true",
                         help=f"no release switch (to {SWITCH_RELEASE} and back) and no "
                              "edit-to-result of a KubeVirt tree")
+    parser.add_argument("--full-runs", type=int, nargs="+", metavar="WORKERS",
+                        help="only full runs on the kept cluster, one per worker count "
+                             "given (0 for no xdist), with the speed-ups against -n 0")
     args = parser.parse_args()
+    if args.full_runs:
+        return full_runs(args.full_runs)
     OUT.mkdir(parents=True, exist_ok=True)
     cluster = LocalCluster()
     cluster.down(force=True)

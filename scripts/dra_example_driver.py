@@ -27,7 +27,7 @@ from core.commands import CommandFailed, Runner, check  # noqa: E402
 from core.errors import SuiteUsageError  # noqa: E402
 from core.log import log_to_stderr  # noqa: E402
 from core.timeouts import Timeout  # noqa: E402
-from kubevirtci.installers import wait_for_slices  # noqa: E402
+from kubevirtci.installers import wait_until_slices_published  # noqa: E402
 from kubevirtci.local import components, images  # noqa: E402
 from kubevirtci.local.cluster import LocalCluster  # noqa: E402
 
@@ -72,7 +72,7 @@ def install(cluster: LocalCluster) -> None:
     helm(cluster, "upgrade", "--install", RELEASE, str(chart()), "--namespace", NAMESPACE,
          "--create-namespace", "--wait", "--timeout", f"{Timeout.DRIVER_READY.seconds:.0f}s")
     log.info(f"waiting for ResourceSlices of {DRIVER_NAME}")
-    wait_for_slices(cluster.kube(), DRIVER_NAME)
+    wait_until_slices_published(cluster.kube(), DRIVER_NAME)
     log.info("installed")
 
 

@@ -161,7 +161,7 @@ def test_stopped_vm_device_can_be_taken_by_another_vm(
     objects.create(_vm_with_claim("vm-b", profile, "b", with_node_selector(device.node)))
     vms.running(kube, "vm-b", namespace)
     taken = allocated_devices(waits.wait_until_claim_allocated(kube, "b", namespace))
-    assert [d.device for d in taken] == [device.name]
+    assert [d.name for d in taken] == [device.name]
 
 
 @markers.exclusive_devices

@@ -11,7 +11,7 @@ from fixtures import markers, vms
 from fixtures.builders.vmi import HOST_DEVICES, with_claim_reference, with_device
 from fixtures.claims import REQUEST, plain_claim
 from fixtures.device_nodes import check_container_device_nodes
-from fixtures.devices import PCI_BUS_ID, claim_device_attributes, given_devices
+from fixtures.devices import PCI_BUS_ID, claim_device_attributes, claim_devices
 from fixtures.launcher import (
     COMPUTE,
     compute_exec,
@@ -84,7 +84,7 @@ def test_launcher_vfio_nodes_are_the_nodes_own_devices(kube, objects, namespace,
     listing = [name for name in compute_exec(kube, vm.pod, ["ls", "/dev/vfio"]).split()
                if name == "vfio" or name.isdigit()]
     assert "vfio" in listing and any(name.isdigit() for name in listing), listing
-    [given] = given_devices(kube, waits.wait_until_claim_allocated(kube, "nvme", namespace))
+    [given] = claim_devices(kube, waits.wait_until_claim_allocated(kube, "nvme", namespace))
     paths = sorted({*(f"/dev/vfio/{name}" for name in listing),
                     *profile.container_edits.device_nodes_for(given)})
     check_container_device_nodes(

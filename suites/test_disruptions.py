@@ -24,8 +24,8 @@ from fixtures.builders.vmi import (
     with_eviction_strategy,
     with_node_selector,
 )
-from fixtures.claims import REQUEST, FreeDevice, pinned_claim
-from fixtures.devices import PCI_BUS_ID
+from fixtures.claims import REQUEST, pinned_claim
+from fixtures.devices import PCI_BUS_ID, Device
 from fixtures.dra_checks import Reach, VmDevice, check_every_level
 from fixtures.health import wait_until_health
 from fixtures.launcher import COMPUTE
@@ -45,7 +45,7 @@ def _nvme(profile) -> VmDevice:
 
 
 def _pinned_vm_running(kube: Kube, objects, namespace: str, profile, reach: Reach,
-                       device: FreeDevice, *vmi_options, vm_options=()
+                       device: Device, *vmi_options, vm_options=()
                        ) -> tuple[dict[str, Any], vms.RunningVM, str]:
     """A pre-created claim pinned to ``device`` and a VM "vm" on its node using it,
     running and checked at every level: (the claim, the running VM, the device's BDF)."""
@@ -109,7 +109,7 @@ def test_a_dra_vm_runs_on_through_a_kubelet_restart(
     device = free_device()
     claim, before, bdf = _pinned_vm_running(kube, objects, namespace, profile, reach, device)
     node = cluster.provider.node(device.node)
-    published = disruptions.published_devices(kube, profile.driver, device.node)
+    published = disruptions.published_on_node(kube, profile.driver, device.node)
     disruptions.restart_kubelet(kube, node)
     if disruptions.virt_handler_restarted(kube, device.node,
                                           virt_handlers_rediscover.get(device.node, 0)):
@@ -172,7 +172,7 @@ def test_an_evicted_dra_vm_acts_as_its_eviction_strategy_says(
                   bdf)
 
 
-def _taint(objects, profile, device: FreeDevice, namespace: str, effect: str) -> str:
+def _taint(objects, profile, device: Device, namespace: str, effect: str) -> str:
     """A DeviceTaintRule on ``device`` (cluster-scoped: named after the test's
     namespace); returns its name."""
     name = f"{namespace}-{effect.lower()}"[:63]
@@ -237,7 +237,7 @@ def test_a_dra_vms_device_off_the_bus_shows_unhealthy_and_comes_back_on_a_rescan
     _, before, bdf = _pinned_vm_running(kube, objects, namespace, profile, reach, device)
     node = cluster.provider.node(device.node)
     wait_until_health(kube, before.pod, COMPUTE, "nvme", REQUEST, "Healthy")
-    published = disruptions.published_devices(kube, profile.driver, device.node)
+    published = disruptions.published_on_node(kube, profile.driver, device.node)
     disruptions.remove_function(node, bdf)
     try:
         wait_until_health(kube, before.pod, COMPUTE, "nvme", REQUEST, "Unhealthy")

@@ -20,8 +20,8 @@ from fixtures.builders.pod import (
     with_pod_claim_reference,
     with_pod_node_selector,
 )
-from fixtures.claims import REQUEST, FreeDevice, pinned_claim
-from fixtures.devices import PCI_BUS_ID
+from fixtures.claims import REQUEST, pinned_claim
+from fixtures.devices import PCI_BUS_ID, Device, published_devices
 from fixtures.health import wait_until_health
 from kubevirtci.capabilities import Capability
 
@@ -39,7 +39,7 @@ def _node_slices(kube, profile, node: str) -> dict[str, str]:
             if s["spec"]["driver"] == profile.driver and s["spec"].get("nodeName") == node}
 
 
-def _pod_with_device(objects, profile, device: FreeDevice, name: str) -> None:
+def _pod_with_device(objects, profile, device: Device, name: str) -> None:
     objects.create(pinned_claim(f"{name}-claim", profile, device))
     objects.create(new_pod(name, profile.test_image,
                            with_pod_claim_reference("dev", f"{name}-claim"),
@@ -54,7 +54,7 @@ def test_after_a_kubelet_restart_the_plugin_is_registered_again_and_keeps_its_cl
         prepared, device, free_device):
     """Mirrors "must register after Kubelet restart" (test/e2e_node/dra_test.go)."""
     claim, first = prepared
-    published = disruptions.published_devices(kube, profile.driver, device.node)
+    published = disruptions.published_on_node(kube, profile.driver, device.node)
     disruptions.restart_kubelet(kube, cluster.provider.node(device.node))
     # The kubelet deletes its node's slices at startup ("must be removed on kubelet
     # startup"); a registered plugin publishes them again.
@@ -103,9 +103,8 @@ def test_a_removed_driver_takes_its_slices_with_it_and_publishes_them_again_when
 
 def _driver_devices(kube, profile) -> list[tuple[str, str, str]]:
     """(node, pool, device) of every device the driver publishes."""
-    return sorted((s["spec"].get("nodeName") or "", s["spec"]["pool"]["name"], d["name"])
-                  for s in kube.list("ResourceSlice") if s["spec"]["driver"] == profile.driver
-                  for d in s["spec"].get("devices") or [])
+    return sorted((d.node, d.pool, d.name)
+                  for d in published_devices(kube.list("ResourceSlice"), profile.driver))
 
 
 @markers.requires(Capability.NODE_ACCESS, Capability.DRIVER_DISRUPTION)
@@ -123,7 +122,7 @@ def test_device_health_follows_the_device_and_the_plugin(
     _pod_with_device(objects, profile, device, "watched")
     pod = waits.wait_until_pod_running(kube, "watched", namespace)
     node = cluster.provider.node(device.node)
-    published = disruptions.published_devices(kube, profile.driver, device.node)
+    published = disruptions.published_on_node(kube, profile.driver, device.node)
 
     def reported(health: str) -> None:
         wait_until_health(kube, pod, POD_CONTAINER, "dev", REQUEST, health)

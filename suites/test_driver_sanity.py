@@ -5,22 +5,36 @@ profile promises them. The negative cases are in test_driver_sanity_negative.py.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 
 import pytest
 
 from core import waits
-from core.container_edits import GivenDevice, parse_env
+from core.container_edits import parse_env
 from core.profile import Promise
 from core.timeouts import Timeout
 from fixtures import markers
-from fixtures.builders.resourceclaim import new_resource_claim, with_first_available
-from fixtures.claims import REQUEST
+from fixtures.builders.pod import (
+    new_pod,
+    with_container_claim,
+    with_pod_claim_reference,
+    with_pod_node_selector,
+)
+from fixtures.builders.resourceclaim import (
+    ADMIN_ACCESS_LABEL,
+    new_resource_claim,
+    with_admin_access,
+    with_first_available,
+)
+from fixtures.claims import REQUEST, pinned_claim
 from fixtures.device_nodes import assert_the_nodes_devices, node_device_numbers
-from fixtures.devices import qualified
+from fixtures.devices import allocated_devices, qualified
 from fixtures.sanity import (
     answer_for,
+    claim_ref,
     host_path_entries,
+    metadata_disagreements,
     metadata_readers,
     result,
     unknown_claim,
@@ -99,7 +113,7 @@ def test_cdi_edits_name_the_allocated_device_and_the_nodes_own_device_nodes(
     env = parse_env(e for i in ids for e in resolved[i].get("env") or [])
     host_paths = {n["path"]: n["hostPath"] for i in ids
                   for n in host_path_entries(resolved[i])}
-    given = GivenDevice(REQUEST, device.name, device.attributes)
+    given = dataclasses.replace(device, request=REQUEST)
     expected_env = edits.env_for(given)
     assert {name: env.get(name) for name in expected_env} == expected_env
     paths = edits.device_nodes_for(given)
@@ -135,6 +149,22 @@ def test_metadata_file_decodes_validates_and_lists_the_allocated_device(
     devices = [d for r in metadata["requests"] if r["name"] == REQUEST for d in r["devices"]]
     assert [(d["driver"], d["pool"], d["name"]) for d in devices] == [
         (profile.driver, device.pool, device.name)]
+
+
+@needs_socket
+@markers.requirement("SANITY-016")
+def test_the_metadata_gives_the_devices_own_attribute_values(
+    record_property, plugin, prepared, profile, device
+):
+    """KEP-5304: the metadata carries the allocated device's attributes as its driver
+    publishes them; a wrong pciBusID there hands a VM another function."""
+    claim, _ = prepared
+    metadata = _decoded_metadata(plugin, claim, profile)["metadata"]
+    compared, differing = metadata_disagreements(metadata, device)
+    record_property("metadata_attributes_compared", compared)
+    assert not differing, (f"the metadata of {claim_ref(claim)} disagrees with the "
+                           f"ResourceSlice of {device.pool}/{device.name}: "
+                           + "; ".join(differing))
 
 
 @needs_socket
@@ -254,3 +284,42 @@ def test_no_device_is_prepared_for_two_claims_under_concurrent_requests(
     answers = [answer_for(r, c) for r, c in zip(response["responses"], claims, strict=True)]
     succeeded = [a for a in answers if not a.get("error")]
     assert len(succeeded) == 1, f"one device prepared for {len(succeeded)} claims: {answers}"
+
+
+def _pod_with_claim(objects, profile, claim: dict, node: str) -> str:
+    name = f"{claim['metadata']['name']}-pod"
+    objects.create(claim)
+    objects.create(new_pod(name, profile.test_image,
+                           with_pod_claim_reference("dev", claim["metadata"]["name"]),
+                           with_container_claim("dev", REQUEST), with_pod_node_selector(node)))
+    return name
+
+
+@markers.requirement("SANITY-017")
+def test_an_admin_access_claim_is_prepared_for_a_held_device_without_taking_it(
+    kube, objects, namespace, profile, free_device
+):
+    """Mirrors "DaemonSet with admin access" (test/e2e/dra/dra.go): a claim asking for
+    admin access (KEP-5018) in a namespace labelled for it gets a device another claim
+    holds, and its pod runs, while the holder keeps the device and its pod runs on."""
+    if profile.admin_access != Promise.YES:
+        pytest.skip(f"profile {profile.name} does not promise admin access "
+                    f"(promises.adminAccess: {profile.admin_access})")
+    device = free_device()
+    holder = _pod_with_claim(objects, profile, pinned_claim("holder", profile, device),
+                             device.node)
+    held = waits.wait_until_pod_running(kube, holder, namespace)
+    kube.patch("Namespace", namespace, {"metadata": {"labels": {ADMIN_ACCESS_LABEL: "true"}}})
+    observer = pinned_claim("observer", profile, device)
+    with_admin_access(REQUEST)(observer)
+    waits.wait_until_pod_running(
+        kube, _pod_with_claim(objects, profile, observer, device.node), namespace)
+    results = kube.get("ResourceClaim", "observer", namespace)["status"]["allocation"][
+        "devices"]["results"]
+    assert [(r["pool"], r["device"], r.get("adminAccess")) for r in results] == [
+        (device.pool, device.name, True)], results
+    assert [d.key for d in allocated_devices(kube.get("ResourceClaim", "holder", namespace))] \
+        == [device.key], "the holder lost its device to the admin-access claim"
+    still = kube.get("Pod", holder, namespace)
+    assert still["status"].get("phase") == "Running" and still["metadata"]["uid"] == \
+        held["metadata"]["uid"], "the holder's pod did not run on"

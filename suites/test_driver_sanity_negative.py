@@ -15,7 +15,8 @@ import pytest
 
 from core.profile import Promise
 from fixtures import markers
-from fixtures.claims import FreeDevice, free_devices, plain_claim
+from fixtures.claims import free_devices, plain_claim
+from fixtures.devices import Device
 from fixtures.sanity import answer_for, result, with_uid
 from kubevirtci.capabilities import Capability
 
@@ -38,7 +39,7 @@ def _refused_and_left_nothing(plugin, before: set[str], *claims, allowed: set[st
     assert not left, f"a refused prepare left CDI devices on node {plugin.node}: {sorted(left)}"
 
 
-def _still_serving(plugin, allocate, device: FreeDevice) -> None:
+def _still_serving(plugin, allocate, device: Device) -> None:
     claim = allocate(f"after-{uuid.uuid4().hex[:6]}", device)
     answer = plugin.prepare(claim)
     assert not answer.get("error"), f"the plugin stopped serving a valid claim: {answer}"

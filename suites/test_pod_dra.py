@@ -28,7 +28,7 @@ from fixtures.devices import (
     PCI_BUS_ID,
     allocated_devices,
     claim_device_attributes,
-    given_devices,
+    claim_devices,
 )
 from fixtures.launcher import DECODED_BY_1_37, metadata_object
 from fixtures.released import VFIO_PCI, bound_driver
@@ -101,7 +101,7 @@ def test_pinned_claim_gets_the_same_device_back(kube, objects, namespace, profil
         objects.create(_pod(attempt, profile, "c", with_pod_node_selector(device.node)))
         waits.wait_until_pod_running(kube, attempt, namespace)
         got = allocated_devices(waits.wait_until_claim_allocated(kube, "c", namespace))
-        assert [(d.pool, d.device) for d in got] == [(device.pool, device.name)], attempt
+        assert [(d.pool, d.name) for d in got] == [(device.pool, device.name)], attempt
         kube.delete("Pod", attempt, namespace)
         waits.wait_until_gone(kube, "Pod", attempt, namespace)
         waits.wait_until_claim_deallocated(kube, "c", namespace)
@@ -122,7 +122,7 @@ def test_cdi_edits_and_metadata_reach_the_container_and_name_the_allocated_devic
         "sh", "-c", f"{EXIT_ON_TERM}; sleep 3600 & wait")))
     pod = waits.wait_until_pod_running(kube, "p", namespace)
     claim = waits.wait_until_claim_allocated(kube, "c", namespace)
-    [given] = given_devices(kube, claim)
+    [given] = claim_devices(kube, claim)
 
     def run(script: str) -> str:
         return kube.exec("p", namespace, CONTAINER, ["sh", "-c", script])

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from core.timeouts import WaitFailed
+from fixtures.devices import Device
 from fixtures.node_client import HOST_PATH_POD_SECURITY, NodeClient, client_pod
-from fixtures.sanity import answer_for, metadata_readers, with_uid
+from fixtures.sanity import answer_for, metadata_disagreements, metadata_readers, with_uid
 from kubevirtci.provider import NodeCommandFailed, NodePaths
 
 CLAIM = {"metadata": {"namespace": "ns", "name": "c", "uid": "u1"}}
@@ -123,3 +124,36 @@ def test_kubevirt_reads_a_file_only_with_a_valid_v1alpha1_object():
     assert not any(metadata_readers(_report(("v1beta1", True, ""))).values())
     assert not any(metadata_readers(_report(
         ("v1alpha1", True, "requests[0].devices[0].driver: Required"))).values())
+
+
+DRIVER = "nvme.example.com"
+SLICE_DEVICE = Device(DRIVER, "node01", "nvme-0", "node01", {
+    "resource.kubernetes.io/pciBusID": "0000:00:04.0", f"{DRIVER}/serial": "nvme-0"})
+
+
+def _metadata(attributes: dict[str, Any], name: str = "nvme-0") -> dict[str, Any]:
+    return {"requests": [{"name": "dev", "devices": [
+        {"driver": DRIVER, "pool": "node01", "name": name, "attributes": attributes}]}]}
+
+
+def test_metadata_that_names_another_function_is_a_disagreement():
+    compared, differing = metadata_disagreements(_metadata({
+        "resource.kubernetes.io/pciBusID": {"string": "0000:00:05.0"},
+        "serial": {"string": "nvme-0"}}), SLICE_DEVICE)
+    assert compared == 2
+    assert len(differing) == 1 and "0000:00:05.0" in differing[0] \
+        and "0000:00:04.0" in differing[0]
+
+
+def test_metadata_is_compared_only_where_the_slice_carries_the_attribute():
+    compared, differing = metadata_disagreements(_metadata({
+        "resource.kubernetes.io/pciBusID": {"string": "0000:00:04.0"},
+        "firmware": {"version": "1.0.0"}}), SLICE_DEVICE)
+    assert (compared, differing) == (1, [])
+
+
+def test_metadata_of_other_devices_is_not_held_against_this_one():
+    compared, differing = metadata_disagreements(_metadata(
+        {"resource.kubernetes.io/pciBusID": {"string": "0000:00:05.0"}}, name="nvme-1"),
+        SLICE_DEVICE)
+    assert (compared, differing) == (0, [])

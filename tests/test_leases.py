@@ -92,3 +92,44 @@ def test_alone_a_reservation_that_finds_nothing_free_says_so_at_once(tmp_path):
     with ExitStack() as first, ExitStack() as second:
         assert leases.reserve(lambda: CLUSTER[:1], first, "a device", wait=False) == CLUSTER[0]
         assert leases.reserve(lambda: CLUSTER[:1], second, "a device", wait=False) is None
+
+
+SHARED_ROUNDS = 40
+
+
+def _shared_pool_worker(folder: str, log: str) -> None:
+    leases = DeviceLeases(Path(folder), units=len(CLUSTER))
+    for _ in range(SHARED_ROUNDS):
+        with leases.pool(exclusive=False):
+            start = time.monotonic()
+            time.sleep(HOLD_SECONDS * 2)
+            _log(Path(log), {"kind": "shared", "start": start, "end": time.monotonic()})
+
+
+def _exclusive_pool_worker(folder: str, log: str) -> None:
+    time.sleep(0.3)  # the shared workers hold the pool back to back by now
+    leases = DeviceLeases(Path(folder), units=len(CLUSTER))
+    with leases.pool(exclusive=True):
+        start = time.monotonic()
+        time.sleep(HOLD_SECONDS)
+        _log(Path(log), {"kind": "exclusive", "start": start, "end": time.monotonic()})
+
+
+def test_an_exclusive_waiter_is_not_starved_by_shared_holders_that_overlap(tmp_path):
+    folder, log = str(tmp_path / "leases"), tmp_path / "pool.jsonl"
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_shared_pool_worker, args=(folder, str(log)))
+               for _ in range(3)]
+    workers.append(context.Process(target=_exclusive_pool_worker, args=(folder, str(log))))
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+        assert worker.exitcode == 0
+    holds = _records(log)
+    [exclusive] = [h for h in holds if h["kind"] == "exclusive"]
+    shared = [h for h in holds if h["kind"] == "shared"]
+    for hold in shared:
+        assert hold["end"] <= exclusive["start"] or exclusive["end"] <= hold["start"]
+    # It went before the shared takers that came after it, not after all of them.
+    assert any(hold["start"] >= exclusive["end"] for hold in shared)

@@ -2,10 +2,11 @@ from pathlib import Path
 
 import pytest
 
-from core.container_edits import GivenDevice, UnknownAttribute
+from core.container_edits import UnknownAttribute
 from core.errors import SuiteUsageError
 from core.profile import PROFILES_DIR, SCHEMA_PATH, Promise, load, parse, schema_text
 from fixtures import options
+from fixtures.devices import Device
 
 
 class FakeConfig:
@@ -212,21 +213,25 @@ def test_the_schema_is_not_taken_for_a_profile():
     assert "profile.schema" not in str(err.value)
 
 
+def _gpu(attributes: dict[str, object]) -> Device:
+    return Device("gpu.example.com", "node01", "gpu-3", request="r", attributes=attributes)
+
+
 def test_container_edits_name_the_allocated_device(tmp_path):
     edits = load("reference-nvme").container_edits
-    given = GivenDevice("nvme-1", "nvme-2", {
-        "resource.kubernetes.io/pciBusID": "0000:01:00.0",
-        "nvme.dra.kubevirt-conformance.io/serial": "nvme-2",
-        "nvme.dra.kubevirt-conformance.io/iommuGroup": 12})
+    given = Device("nvme.dra.kubevirt-conformance.io", "node01", "nvme-2", request="nvme-1",
+                   attributes={"resource.kubernetes.io/pciBusID": "0000:01:00.0",
+                               "nvme.dra.kubevirt-conformance.io/serial": "nvme-2",
+                               "nvme.dra.kubevirt-conformance.io/iommuGroup": 12})
     assert edits.env_for(given) == {"DRA_NVME_NVME_1_PCI_ADDRESS": "0000:01:00.0",
                                     "DRA_NVME_NVME_1_SERIAL": "nvme-2"}
     assert edits.device_nodes_for(given) == ["/dev/vfio/vfio", "/dev/vfio/12"]
     gpu = load("dra-example-gpu").container_edits
-    assert gpu.env_for(GivenDevice("r", "gpu-3", {"gpu.example.com/index": 3})) == {
+    assert gpu.env_for(_gpu({"gpu.example.com/index": 3})) == {
         "GPU_DEVICE_3": "gpu-3"}
     assert not gpu.device_nodes
     with pytest.raises(UnknownAttribute, match=r"'gpu.example.com/index'.*gpu-3"):
-        gpu.env_for(GivenDevice("r", "gpu-3", {}))
+        gpu.env_for(_gpu({}))
 
 
 def test_container_edits_templates_that_can_never_be_filled_are_named(tmp_path):

@@ -214,7 +214,7 @@ class LocalCluster:
                     f"the EMULATED NVMe controllers of {node.name}")
 
     def _await(self, name: str, condition: Callable[[], bool], what: str) -> None:
-        self.supervisor.await_ready(name, condition, Timeout.COMPONENT_READY, what)
+        self.supervisor.wait_until_ready(name, condition, Timeout.COMPONENT_READY, what)
 
     def kube(self) -> Kube:
         """An API client for the cluster's own work (not a test run's)."""

@@ -60,7 +60,7 @@ class HermeticNode(Node):
             f"--node-dir={self.layout.node(self.name)}",
             f"--emulation={self.layout.emulation(self.name)}",
         ]))
-        self.supervisor.await_ready(self.name, ready.exists, Timeout.NODE_BOOT,
+        self.supervisor.wait_until_ready(self.name, ready.exists, Timeout.NODE_BOOT,
                            f"node {self.name} to boot")
 
     def enter(self) -> list[str]:
@@ -93,13 +93,13 @@ class HermeticNode(Node):
     def start_services(self) -> None:
         self.supervisor.start(ProcessSpec(self.service("containerd"), [
             *self.enter(), "containerd", "--config=/etc/containerd/config.toml"], NODE_ENV))
-        self.supervisor.await_ready(
+        self.supervisor.wait_until_ready(
             self.service("containerd"), lambda: self._has("-S", CONTAINERD_SOCKET),
             Timeout.NODE_SERVICE_READY, f"containerd of {self.name}")
         # Before the kubelet: every container must see the EMULATED PCI tree.
         self.supervisor.start(ProcessSpec(self.service(EMULATED_PCI_NRI_PLUGIN), [
             *self.enter(), EMULATED_PCI_NRI_PLUGIN], NODE_ENV))
-        self.supervisor.await_ready(
+        self.supervisor.wait_until_ready(
             self.service(EMULATED_PCI_NRI_PLUGIN),
             lambda: self._has("-f", EMULATED_PCI_NRI_REGISTERED), Timeout.NODE_SERVICE_READY,
             f"the EMULATED PCI plugin of {self.name} to register")

@@ -60,7 +60,7 @@ class Supervisor:
             _terminate(pid)
         self.pid_file(name).unlink(missing_ok=True)
 
-    def await_ready(self, name: str, ready: Callable[[], bool], timeout: Timeout,
+    def wait_until_ready(self, name: str, ready: Callable[[], bool], timeout: Timeout,
                     what: str) -> None:
         """Wait until ``ready()``; end at once when process ``name`` exits. A failure
         says why with the process's last log lines."""

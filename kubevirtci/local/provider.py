@@ -19,8 +19,10 @@ COMPONENT_LOG_BYTES = 1 << 20  # the last MiB of each: the time around a failure
 EMULATION_NOTE = (
     "NVMe controllers are EMULATED on the hermetic cluster: each node's /sys/bus/pci, "
     "/sys/devices/pci0000:00 and /sys/kernel/iommu_groups are a tree of its own "
-    "(1b36:0010, serial nvme-<i>), /dev/vfio nodes carry /dev/null's numbers and a kernel "
-    "stand-in binds drivers (driver/emulation); this host has no PCI bus, IOMMU or VFIO"
+    "(1b36:0010, serial nvme-<i>), /dev/vfio nodes carry numbers of their own as the kernel "
+    "gives them (10:196, a free dynamic major per group) with no driver behind them, and a "
+    "kernel stand-in binds drivers (driver/emulation); this host has no PCI bus, IOMMU or "
+    "VFIO"
 )
 VFIO_HOP_NOTE = (
     "The VFIO hop is EMULATED: libvirt, KubeVirt and QEMU are real and check the emulated "
