@@ -86,6 +86,7 @@ class Timeout(Enum):
     RUN_TREE_EXAMPLE = ("a KubeVirt tree's build (cold Go cache), redeploy and its test", 4200)
     RUN_RELEASE_SUITES = ("one release's build (cold) and the KubeVirt suites", 5400)
     RUN_CONFORMANCE = ("the conformance suites on a kept cluster", 5400)
+    CGROUP2_LANE = ("the cgroup2 lane's VM: boot, cluster up, its suites, power off", 7200)
 
     @property
     def seconds(self) -> float:

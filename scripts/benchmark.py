@@ -189,7 +189,9 @@ def host_state() -> dict[str, list[str]]:
         "interfaces": lines(["ip", "-o", "link", "show"]),
         "routes": lines(["ip", "route", "show", "table", "all"]),
         "iptables rules": lines(["iptables-save"]),
-        "cgroups": sorted(str(p) for p in Path("/sys/fs/cgroup").glob("*/kdc")),
+        # v1: kdc in each hierarchy; v2: the nodes' slice
+        "cgroups": sorted(str(p) for pattern in ("*/kdc", "kdc.slice")
+                          for p in Path("/sys/fs/cgroup").glob(pattern)),
     }
 
 

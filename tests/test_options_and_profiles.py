@@ -7,6 +7,8 @@ from core.errors import SuiteUsageError
 from core.profile import PROFILES_DIR, SCHEMA_PATH, Promise, load, parse, schema_text
 from fixtures import options
 from fixtures.devices import Device
+from fixtures.session import deny_what_the_run_leaves_out
+from kubevirtci.capabilities import Capabilities, Capability
 
 
 class FakeConfig:
@@ -32,6 +34,18 @@ def test_environment_sets_options_and_the_command_line_wins(tmp_path):
     opts = options.resolve(FakeConfig(profile="from-cli"), env=env)
     assert (opts.provider, opts.kubeconfig, opts.certify, opts.run_id, opts.profile) == (
         "existing", kubeconfig, True, "abc123", "from-cli")
+
+
+def test_without_vms_skips_what_needs_a_running_vm_with_the_reason_and_keeps_kubevirt():
+    caps = Capabilities(present={Capability.KUBEVIRT, Capability.RUNNING_VMS})
+    reason = "nodes in a TCG VM"
+    deny_what_the_run_leaves_out(caps, options.resolve(FakeConfig(), env={
+        "KDC_WITHOUT_VMS": reason}))
+    assert caps.has(Capability.KUBEVIRT) and not caps.has(Capability.RUNNING_VMS)
+    assert reason in caps.reason_missing(Capability.RUNNING_VMS)
+    untouched = Capabilities(present={Capability.RUNNING_VMS})
+    deny_what_the_run_leaves_out(untouched, options.resolve(FakeConfig(), env={}))
+    assert untouched.has(Capability.RUNNING_VMS)
 
 
 @pytest.mark.parametrize(("given", "env", "message"), [

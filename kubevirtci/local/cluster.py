@@ -28,8 +28,8 @@ from kubevirtci.local.node_config import (
     write_node_credentials,
     write_node_root,
 )
-from kubevirtci.local.node_init import remove_cgroup
-from kubevirtci.local.nodes import CGROUP_PARENT, HermeticNode
+from kubevirtci.local.node_init import remove_cgroup, unified_only
+from kubevirtci.local.nodes import CGROUP_PARENT, V2_SLICE, HermeticNode
 from kubevirtci.local.pki import CLUSTER_CA, CertificateAuthority
 from kubevirtci.local.processes import ProcessSpec, Supervisor
 from kubevirtci.provider import NVME_PER_NODE
@@ -260,7 +260,8 @@ class LocalCluster:
             self.supervisor.stop(name)
             cleaned.append(f"process {name}")
         cleaned += network.remove([n.address for n in nodes])
-        cleaned += [f"cgroup {c}" for c in remove_cgroup(CGROUP_PARENT)]
+        cleaned += [f"cgroup {c}" for c in remove_cgroup(V2_SLICE if unified_only()
+                                                         else CGROUP_PARENT)]
         if force:
             shutil.rmtree(self.layout.root, ignore_errors=True)
             cleaned.append(f"state {self.layout.root}")

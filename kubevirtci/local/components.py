@@ -194,9 +194,11 @@ def module_source(component: Component, module: str) -> Path:
     return Path(json.loads(downloaded)["Dir"])
 
 
-def check_host_packages(runner: CommandRunner | None = None) -> None:
-    """Install missing Debian packages when that is safe (root with apt), else say how."""
-    missing = [pkg for pkg, path in APT_REQUIREMENTS if not Path(path).exists()]
+def check_host_packages(runner: CommandRunner | None = None,
+                        extra: tuple[tuple[str, str], ...] = ()) -> None:
+    """Install missing Debian packages when that is safe (root with apt), else say how;
+    ``extra`` adds (package, path) pairs a recipe needs beyond the cluster's."""
+    missing = [pkg for pkg, path in (*APT_REQUIREMENTS, *extra) if not Path(path).exists()]
     if not missing:
         return
     fix = f"run `apt-get install -y {' '.join(missing)}` as root"

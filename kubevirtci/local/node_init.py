@@ -65,14 +65,25 @@ def cgroup_hierarchies() -> list[tuple[Path, str, str]]:
     return out
 
 
+def unified_only() -> bool:
+    """The host has the unified cgroup v2 hierarchy only (no v1 controllers)."""
+    return any(mp == CGROUP_ROOT for mp, _, _ in cgroup_hierarchies())
+
+
+def cgroup_mode() -> str:
+    """The host's cgroup mode, as a run's header names it."""
+    kinds = {fstype for _, fstype, _ in cgroup_hierarchies()}
+    if unified_only():
+        return "v2 (unified hierarchy only)"
+    if kinds == {"cgroup", "cgroup2"}:
+        return "v1 hybrid (v1 controllers, an empty unified hierarchy beside them)"
+    return "v1 (legacy)" if "cgroup" in kinds else "none mounted"
+
+
 def make_cgroup(mount_point: Path, fstype: str, relative: str) -> Path:
     path = mount_point
     for part in Path(relative).parts:
         parent, path = path, path / part
-        if fstype == "cgroup2" and parent != mount_point and not path.exists():
-            # v2: what the node's pods may use must be enabled on the way down.
-            wanted = (parent / "cgroup.controllers").read_text().split()
-            (parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))
         path.mkdir(exist_ok=True)
         for name in ("cpuset.cpus", "cpuset.mems"):  # v1 cpuset: empty until copied
             own = path / name
@@ -81,10 +92,19 @@ def make_cgroup(mount_point: Path, fstype: str, relative: str) -> Path:
     return path
 
 
-def join_cgroup(relative: str) -> None:
+def join_cgroup(relative: str, leaving: str | None = None) -> None:
+    """Move this process into ``relative`` in every hierarchy. On v2, moving down out of
+    ``leaving`` (the node's cgroup, into its ``init`` leaf) then hands every controller
+    of ``leaving`` to the cgroups below it, for the node's pods: the kernel allows that
+    only once it holds no process (v2's "no internal processes" rule)."""
     for mount_point, fstype, _ in cgroup_hierarchies():
         path = make_cgroup(mount_point, fstype, relative)
         (path / "cgroup.procs").write_text(str(os.getpid()))
+        if fstype == "cgroup2" and leaving is not None:
+            left = mount_point / leaving
+            wanted = (left / "cgroup.controllers").read_text().split()
+            if wanted:  # none in a v1 host's unified hierarchy
+                (left / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))
 
 
 def remove_cgroup(relative: str) -> list[str]:
@@ -113,7 +133,7 @@ def unshare_and_fork(cgroup: str) -> int | None:
         raise SystemExit(f"node init: unshare: {os.strerror(ctypes.get_errno())}")
     # The namespace's root is the node's cgroup; its processes live in a leaf of it, as
     # cgroup v2 wants (no processes where pods' cgroups branch off).
-    join_cgroup(f"{cgroup}/init")
+    join_cgroup(f"{cgroup}/init", leaving=cgroup)
     child = os.fork()
     if child == 0:
         return None
@@ -199,7 +219,7 @@ def mount_cgroups(root: Path) -> None:
     the node's cgroup as its root (cgroup v1 and v2 alike)."""
     hierarchies = cgroup_hierarchies()
     target = root / "sys/fs/cgroup"
-    if any(mp == CGROUP_ROOT for mp, _, _ in hierarchies):  # cgroup v2 only
+    if unified_only():
         mount(target, "cgroup2", options="nosuid,nodev,noexec")
         return
     mount(target, "tmpfs", options="mode=755,nosuid,nodev,noexec")

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from core.commands import QUIET, CommandFailed, Stdin
+from core.errors import SuiteUsageError
 from core.timeouts import Timeout
 from kubevirtci.local.layout import Layout
 from kubevirtci.local.network import NodeAddress, netns_path
@@ -18,12 +19,18 @@ from kubevirtci.local.node_config import (
     EMULATED_PCI_NRI_REGISTERED,
     kubelet_args,
 )
-from kubevirtci.local.node_init import remove_cgroup
+from kubevirtci.local.node_init import remove_cgroup, unified_only
 from kubevirtci.local.processes import ProcessSpec, Supervisor
 from kubevirtci.provider import Node, NodeCommandFailed
 
 NODE_INIT = Path(__file__).resolve().parent / "node_init.py"
-CGROUP_PARENT = "kdc"  # in every hierarchy: kdc/<node>, removed with the node
+# cgroup v1: kdc/<node> in every hierarchy, made by the node's init and removed with the
+# node. cgroup v2: a scope per node in this slice, which systemd delegates to the node
+# (Delegate=yes, as a container runtime's containers get theirs): every controller
+# reaches the node's pods, and systemd leaves what is below the scope alone.
+CGROUP_PARENT = "kdc"
+V2_SLICE = "kdc.slice"
+SYSTEMD_RUNNING = Path("/run/systemd/system")  # sd_booted(3)
 SERVICES = ("containerd", EMULATED_PCI_NRI_PLUGIN, "kubelet", "kube-proxy")
 NODE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
@@ -38,7 +45,26 @@ class HermeticNode(Node):
     # --- the machine -----------------------------------------------------------------
     @property
     def cgroup(self) -> str:
+        if unified_only():
+            return f"{V2_SLICE}/{self.scope}"
         return f"{CGROUP_PARENT}/{self.name}"
+
+    @property
+    def scope(self) -> str:
+        return f"kdc-{self.name}.scope"
+
+    def delegated_scope(self) -> list[str]:
+        """On cgroup v2: the prefix that starts the node's init in a scope of its own that
+        systemd delegates to it; nothing on v1."""
+        if not unified_only():
+            return []
+        if not SYSTEMD_RUNNING.is_dir():
+            raise SuiteUsageError(
+                "this cgroup v2 host does not run systemd, which would delegate the "
+                "nodes' cgroups", "run the hermetic cluster on a host booted with systemd "
+                "(as Debian, Ubuntu and Fedora are), or on a cgroup v1 host")
+        return ["systemd-run", "--scope", "--quiet", "--collect", f"--slice={V2_SLICE}",
+                f"--unit={self.scope}", "--property=Delegate=yes", "--"]
 
     def init_pid(self) -> int | None:
         """Host PID of the node's PID 1 (the child of the ``unshare`` we started)."""
@@ -55,6 +81,7 @@ class HermeticNode(Node):
         ready = self.layout.node(self.name) / "ready"
         ready.unlink(missing_ok=True)
         self.supervisor.start(ProcessSpec(self.name, [
+            *self.delegated_scope(),
             "nsenter", f"--net={netns_path(self.address.netns)}", "--",
             sys.executable, str(NODE_INIT), f"--name={self.name}", f"--cgroup={self.cgroup}",
             f"--node-dir={self.layout.node(self.name)}",

@@ -1,0 +1,156 @@
+"""Test-only lane: the hermetic cluster on a host with the unified cgroup v2 hierarchy only.
+
+This machine runs cgroup v1 (hybrid) and cannot switch; most CI hosts run v2. So the
+lane boots a throwaway VM under QEMU (TCG: no usable KVM here) from a Debian trixie root
+made with mmdebstrap and Debian's own kernel, with systemd on the unified hierarchy
+(``systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all``). The project, its tox
+environment, the Python it was made with, the Go toolchain and module cache and the
+build cache are shared into it read-only over 9p at their own paths; the lane's output
+folder is shared writable. Inside, ``scripts/cgroup2_guest.sh`` (run by systemd from the
+kernel command line) brings the cluster up and runs the suites that need no running VM;
+the VM suites skip with the reason (a VM inside a TCG VM is too slow to be worth it).
+
+    python scripts/cgroup2_lane.py [PYTEST ARGS]     # what ``tox -e cgroup2`` runs
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import time
+from pathlib import Path
+
+from core.commands import Process, Runner, check, output
+from core.errors import SuiteUsageError
+from core.timeouts import Timeout
+from kubevirtci.local import components, debian
+
+ROOT = Path(__file__).resolve().parents[2]
+
+log = logging.getLogger("kdc.cgroup2-lane")
+
+# The VM's own root: systemd to boot, Debian's kernel, and what the hermetic cluster
+# needs on a host (components.APT_REQUIREMENTS), so that nothing is installed inside.
+LANE_ROOT = debian.RootRecipe(
+    name="cgroup2-lane",
+    packages=("systemd", "systemd-sysv", "udev", "kmod", "linux-image-amd64",
+              "initramfs-tools", "procps", "e2fsprogs",
+              *(package for package, _ in components.APT_REQUIREMENTS)),
+)
+DISK_SIZE = "48G"  # sparse; the cluster's images and nodes' layers live on it
+MEMORY = "14G"
+OUTPUT = ROOT / "_output" / "cgroup2"
+NO_VMS_REASON = ("the cgroup2 lane's nodes run in a TCG VM: a VM inside it is too slow "
+                 "to be worth it (the main tier runs the VM suites)")
+# The suites that need no running VM: cluster basics, pod-level DRA, driver sanity (and
+# the driver's lifecycle), admission against KubeVirt's real webhooks.
+DEFAULT_SUITES = ("suites/test_cluster_basics.py", "suites/test_pod_dra.py",
+                  "suites/test_driver_sanity.py", "suites/test_driver_sanity_negative.py",
+                  "suites/test_driver_lifecycle.py", "suites/test_admission.py")
+
+
+def vm_image() -> tuple[Path, Path, Path]:
+    """(kernel, initrd, disk) of the lane's VM, made once per root recipe."""
+    root = debian.build_root(LANE_ROOT)
+    cached = components.CACHE_ROOT / f"{root.name}-vm"
+    kernel, initrd, disk = cached / "vmlinuz", cached / "initrd.img", cached / "disk.raw"
+    if disk.is_file():
+        return kernel, initrd, disk
+    staging = cached.with_name(cached.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    shutil.copy(next((root / "boot").glob("vmlinuz-*")), staging / "vmlinuz")
+    shutil.copy(next((root / "boot").glob("initrd.img-*")), staging / "initrd.img")
+    log.info(f"the VM's disk from {root} (ext4, {DISK_SIZE} sparse)")
+    check(Runner().run(["mke2fs", "-q", "-t", "ext4", "-L", "lane-root", "-d", root,
+                        staging / "disk.raw", DISK_SIZE], Timeout.DEBIAN_ROOT, label="mke2fs"),
+          "mke2fs (e2fsprogs) makes the disk from the root folder")
+    staging.rename(cached)
+    return kernel, initrd, disk
+
+
+def go_env(name: str) -> Path:
+    return Path(output(["go", "env", name], Timeout.GO_MODULES).strip())
+
+
+def shares(venv: Path) -> list[tuple[str, Path, bool]]:
+    """(tag, host path, writable) of each 9p share, mounted at its own path inside."""
+    python = Path(os.path.realpath(venv / "bin" / "python")).parent.parent
+    if python == Path("/usr"):  # the guest's own /usr would be hidden
+        raise SuiteUsageError(
+            f"the lane shares the Python its tox environment was made with into the VM at "
+            f"its own path, and {python} is the host's system prefix",
+            "run tox with a Python installed outside /usr (pyenv, as on this project's "
+            "CI machines)")
+    return [("project", ROOT, False), ("python", python, False),
+            ("goroot", go_env("GOROOT"), False), ("gomodcache", go_env("GOMODCACHE"), False),
+            ("cache", components.CACHE_ROOT, False), ("lane", OUTPUT, True)]
+
+
+def kernel_command_line(mounts: list[tuple[str, Path, bool]]) -> str:
+    words = ["console=ttyS0", "root=LABEL=lane-root", "rw", "panic=-1",
+             "systemd.unified_cgroup_hierarchy=1", "cgroup_no_v1=all",
+             f"systemd.run={ROOT / 'scripts' / 'cgroup2_guest.sh'}",
+             "systemd.run_success_action=poweroff", "systemd.run_failure_action=poweroff"]
+    for tag, path, writable in mounts:
+        options = ["trans=virtio", "version=9p2000.L", "msize=1048576",
+                   "rw" if writable else "ro",
+                   # mounted before the lane's command starts, whatever systemd thinks 9p is
+                   "x-systemd.before=kernel-command-line.service",
+                   "x-systemd.required-by=kernel-command-line.service"]
+        words.append(f"systemd.mount-extra={tag}:{path}:9p:{','.join(options)}")
+    return " ".join(words)
+
+
+def qemu_argv(kernel: Path, initrd: Path, disk: Path, mounts: list[tuple[str, Path, bool]]
+              ) -> list[str]:
+    argv = ["qemu-system-x86_64", "-machine", "q35", "-accel", "tcg,thread=multi",
+            "-cpu", "max", "-smp", str(os.cpu_count() or 2), "-m", MEMORY,
+            "-display", "none", "-no-reboot", "-serial", f"file:{OUTPUT / 'console.log'}",
+            "-kernel", kernel, "-initrd", initrd,
+            "-append", kernel_command_line(mounts),
+            # the disk stays as cached: every write goes to a throwaway snapshot
+            "-drive", f"file={disk},format=raw,if=virtio,snapshot=on",
+            "-nic", "user,model=virtio-net-pci,restrict=on"]
+    for tag, path, writable in mounts:
+        argv += ["-virtfs", f"local,path={path},mount_tag={tag},security_model=passthrough"
+                 + ("" if writable else ",readonly=on")]
+    return [str(a) for a in argv]
+
+
+def write_guest_settings(venv: Path, pytest_args: list[str]) -> None:
+    """What the guest side reads: its environment, as shell assignments."""
+    settings = {"KDC_CACHE": str(components.CACHE_ROOT), "LANE_OUTPUT": str(OUTPUT),
+                "PROJECT": str(ROOT), "HOME": str(Path.home()),
+                "PATH": f"{venv}/bin:{go_env('GOROOT')}/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "GOMODCACHE": str(go_env("GOMODCACHE")), "GOPROXY": "off",
+                # nodes in a TCG VM: every named wait gets three times as long
+                "KDC_TIMEOUT_SCALE": "3",
+                "KDC_WITHOUT_VMS": NO_VMS_REASON,
+                "LANE_PYTEST_ARGS": shlex.join(pytest_args or list(DEFAULT_SUITES))}
+    (OUTPUT / "settings.sh").write_text(
+        "".join(f"export {key}={shlex.quote(value)}\n" for key, value in settings.items()))
+
+
+def follow(process: Process, guest_log: Path) -> int:
+    """Echo the guest's log as it grows while the VM runs; the VM's exit ends it."""
+    deadline = time.monotonic() + Timeout.CGROUP2_LANE.seconds
+    position = 0
+    while True:
+        running = process.poll() is None
+        if guest_log.is_file():
+            with guest_log.open(errors="replace") as stream:
+                stream.seek(position)
+                for line in stream:
+                    log.info(line.rstrip("\n"))
+                position = stream.tell()
+        if not running:
+            return process.returncode
+        if time.monotonic() > deadline:
+            limit = Timeout.CGROUP2_LANE
+            raise SuiteUsageError(f"the cgroup2 lane ran out of {limit.seconds:.0f} s "
+                                  f"({limit.value[0]})",
+                                  f"see {guest_log} and {OUTPUT / 'console.log'}")
+        time.sleep(2)

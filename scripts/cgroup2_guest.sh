@@ -1,0 +1,41 @@
+#!/bin/sh
+# The cgroup2 lane's guest side (scripts/cgroup2_lane.py boots the VM; systemd runs this
+# from the kernel command line and powers off when it ends). It proves the host is cgroup
+# v2 only, brings the hermetic cluster up and runs the suites that need no running VM,
+# writing everything into the lane's output folder, which the host shares writable.
+set -u
+lane_output=$(dirname "$(dirname "$0")")/_output/cgroup2
+. "$lane_output/settings.sh"
+exec >>"$LANE_OUTPUT/guest.log" 2>&1
+
+echo "== host: $(uname -r), cgroup filesystem $(stat -fc %T /sys/fs/cgroup)," \
+    "controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
+if [ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ] || grep -qw cgroup /proc/mounts; then
+    echo "the lane's VM is not cgroup v2 only (see /proc/mounts above)"
+    grep cgroup /proc/mounts
+    echo 1 >"$LANE_OUTPUT/status"
+    exit 1
+fi
+
+# The build cache is shared read-only; the cluster may add to it, into a layer of its own.
+mkdir -p /var/lib/lane/cache /var/lib/lane/cache-work
+mount -t overlay overlay \
+    -o "lowerdir=$KDC_CACHE,upperdir=/var/lib/lane/cache,workdir=/var/lib/lane/cache-work" \
+    "$KDC_CACHE"
+
+cd "$PROJECT"
+echo "== kdc-cluster up"
+started=$(date +%s)
+if kdc-cluster up; then
+    echo "== cluster up in $(( $(date +%s) - started )) s; the suites: $LANE_PYTEST_ARGS"
+    # shellcheck disable=SC2086  # the host wrote the arguments shell-quoted
+    eval "set -- $LANE_PYTEST_ARGS"
+    pytest -p no:cacheprovider --keep-cluster --artifacts-dir "$LANE_OUTPUT/run" \
+        --junitxml "$LANE_OUTPUT/junit.xml" "$@"
+    status=$?
+else
+    status=$?
+    echo "== kdc-cluster up failed ($status)"
+fi
+echo "== guest done: $status after $(( $(date +%s) - started )) s"
+echo "$status" >"$LANE_OUTPUT/status"

@@ -1,0 +1,68 @@
+"""The cgroup2 lane (``tox -e cgroup2``): the hermetic cluster on a cgroup v2 host, a
+throwaway QEMU (TCG) VM; see kubevirtci/local/cgroup2_lane.py.
+
+    python scripts/cgroup2_lane.py [PYTEST ARGS]     # default: the suites needing no VM
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from core.commands import start  # noqa: E402
+from core.errors import SuiteUsageError  # noqa: E402
+from core.log import log_to_stderr  # noqa: E402
+from kubevirtci.local import components  # noqa: E402
+from kubevirtci.local.cgroup2_lane import (  # noqa: E402
+    OUTPUT,
+    follow,
+    qemu_argv,
+    shares,
+    vm_image,
+    write_guest_settings,
+)
+
+log = logging.getLogger("kdc.cgroup2-lane")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("pytest_args", nargs=argparse.REMAINDER,
+                        help="the guest's pytest arguments (default: the suites needing no VM)")
+    args = parser.parse_args()
+    log_to_stderr()
+    components.check_host_packages(extra=(("qemu-system-x86", "/usr/bin/qemu-system-x86_64"),))
+    venv = Path(sys.prefix)
+    shutil.rmtree(OUTPUT, ignore_errors=True)
+    OUTPUT.mkdir(parents=True)
+    kernel, initrd, disk = vm_image()
+    mounts = shares(venv)
+    write_guest_settings(venv, args.pytest_args)
+    log.info("booting the lane's VM (QEMU TCG, cgroup v2 only); the guest's log follows")
+    with (OUTPUT / "qemu.log").open("wb") as qemu_log:
+        process = start(qemu_argv(kernel, initrd, disk, mounts), log=qemu_log)
+        try:
+            follow(process, OUTPUT / "guest.log")
+        finally:  # however the lane ends, the throwaway VM goes with it
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    status_file = OUTPUT / "status"
+    if not status_file.is_file():
+        raise SuiteUsageError("the cgroup2 lane's VM stopped before its suites ended",
+                              f"see {OUTPUT / 'guest.log'} and {OUTPUT / 'console.log'}")
+    return int(status_file.read_text().strip())
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except SuiteUsageError as error:
+        print(f"cgroup2 lane: {error}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,45 @@
+"""The cgroup2 lane's host side: what it shares into its throwaway VM and what it tells
+the guest, without booting it."""
+
+import subprocess
+from pathlib import Path
+
+from kubevirtci.local import cgroup2_lane
+
+
+def _virtfs(argv: list[str]) -> dict[str, str]:
+    entries = [argv[i + 1] for i, word in enumerate(argv) if word == "-virtfs"]
+    return {dict(o.split("=", 1) for o in e.split(",")[1:])["mount_tag"]: e for e in entries}
+
+
+def test_only_the_lane_output_is_shared_writable_and_the_disk_stays_as_cached(tmp_path):
+    mounts = [("project", tmp_path / "p", False), ("cache", tmp_path / "c", False),
+              ("lane", tmp_path / "out", True)]
+    argv = cgroup2_lane.qemu_argv(tmp_path / "k", tmp_path / "i", tmp_path / "d", mounts)
+    shared = _virtfs(argv)
+    assert sorted(shared) == ["cache", "lane", "project"]
+    assert [tag for tag, entry in shared.items() if "readonly=on" not in entry] == ["lane"]
+    assert "snapshot=on" in argv[argv.index("-drive") + 1]
+
+
+def test_every_share_is_mounted_at_its_own_path_before_the_guest_command_starts(tmp_path):
+    mounts = [("project", Path("/work/x"), False), ("lane", Path("/work/x/_output/l"), True)]
+    words = cgroup2_lane.kernel_command_line(mounts).split()
+    extra = [w.split("=", 1)[1].split(":") for w in words if w.startswith("systemd.mount-extra=")]
+    assert [(tag, where) for tag, where, *_ in extra] == [
+        ("project", "/work/x"), ("lane", "/work/x/_output/l")]
+    assert all("x-systemd.before=kernel-command-line.service" in opts for *_, opts in extra)
+    assert "cgroup_no_v1=all" in words
+
+
+def test_the_guest_reads_back_the_pytest_arguments_as_given(tmp_path, monkeypatch):
+    monkeypatch.setattr(cgroup2_lane, "OUTPUT", tmp_path)
+    monkeypatch.setattr(cgroup2_lane, "go_env", lambda name: Path("/go") / name)
+    given = ["suites/test_pod_dra.py", "-k", "not slow and 'quoted thing'"]
+    cgroup2_lane.write_guest_settings(tmp_path / "venv", given)
+    script = f'. {tmp_path}/settings.sh; eval "set -- $LANE_PYTEST_ARGS"; printf "%s\\n" "$@"'
+    echoed = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True)
+    assert echoed.stdout.splitlines() == given
+    without = subprocess.run(["sh", "-c", f". {tmp_path}/settings.sh; echo $KDC_WITHOUT_VMS"],
+                             capture_output=True, text=True, check=True).stdout
+    assert "TCG" in without
