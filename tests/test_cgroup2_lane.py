@@ -1,9 +1,10 @@
 """The cgroup2 lane's host side: what it shares into its throwaway VM and what it tells
 the guest, without booting it."""
 
-import subprocess
 from pathlib import Path
 
+from core.commands import output
+from core.timeouts import Timeout
 from kubevirtci.local import cgroup2_lane
 
 
@@ -38,8 +39,7 @@ def test_the_guest_reads_back_the_pytest_arguments_as_given(tmp_path, monkeypatc
     given = ["suites/test_pod_dra.py", "-k", "not slow and 'quoted thing'"]
     cgroup2_lane.write_guest_settings(tmp_path / "venv", given)
     script = f'. {tmp_path}/settings.sh; eval "set -- $LANE_PYTEST_ARGS"; printf "%s\\n" "$@"'
-    echoed = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True)
-    assert echoed.stdout.splitlines() == given
-    without = subprocess.run(["sh", "-c", f". {tmp_path}/settings.sh; echo $KDC_WITHOUT_VMS"],
-                             capture_output=True, text=True, check=True).stdout
+    assert output(["sh", "-c", script], Timeout.LOCAL_COMMAND).splitlines() == given
+    without = output(["sh", "-c", f". {tmp_path}/settings.sh; echo $KDC_WITHOUT_VMS"],
+                     Timeout.LOCAL_COMMAND)
     assert "TCG" in without
