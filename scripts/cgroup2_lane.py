@@ -27,6 +27,7 @@ from kubevirtci.local.cgroup2_lane import (  # noqa: E402
     vm_image,
     write_guest_settings,
 )
+from kubevirtci.local.cluster import LocalCluster  # noqa: E402
 
 log = logging.getLogger("kdc.cgroup2-lane")
 
@@ -41,6 +42,8 @@ def main() -> int:
     venv = Path(sys.prefix)
     shutil.rmtree(OUTPUT, ignore_errors=True)
     OUTPUT.mkdir(parents=True)
+    # The cluster's programs are built here, on two real cores, not inside the TCG VM.
+    LocalCluster().build()
     kernel, initrd, disk = vm_image()
     mounts = shares(venv)
     write_guest_settings(venv, args.pytest_args)
