@@ -10,9 +10,10 @@ exec >>"$LANE_OUTPUT/guest.log" 2>&1
 
 echo "== host: $(uname -r), cgroup filesystem $(stat -fc %T /sys/fs/cgroup)," \
     "controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
-if [ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ] || grep -qw cgroup /proc/mounts; then
-    echo "the lane's VM is not cgroup v2 only (see /proc/mounts above)"
-    grep cgroup /proc/mounts
+v1_hierarchies=$(awk '$3 == "cgroup"' /proc/mounts)
+if [ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ] || [ -n "$v1_hierarchies" ]; then
+    echo "the lane's VM is not cgroup v2 only; its v1 hierarchies:"
+    echo "$v1_hierarchies"
     echo 1 >"$LANE_OUTPUT/status"
     exit 1
 fi

@@ -14,6 +14,7 @@ from core.commands import QUIET, output
 from core.timeouts import Timeout
 
 NETNS_DIR = Path("/run/netns")
+BRIDGE_NETFILTER = Path("/proc/sys/net/bridge")
 CLUSTER_NETNS = "kdc-cluster"
 BRIDGE = "kdc0"
 NODE_SUBNET = ipaddress.ip_network("172.30.0.0/24")
@@ -64,10 +65,20 @@ def _sysctl(netns: str, key: str, value: str) -> None:
            Timeout.HOST_SETUP, f"sysctl {key}={value} in {netns}")
 
 
+def load_bridge_netfilter() -> None:
+    """Bridged pod traffic through iptables (kube-proxy's Service rules) needs the
+    kernel's br_netfilter, which a fresh host has not loaded (kubeadm's preflight asks
+    for it too); loading it is what makes ``net.bridge.*`` exist."""
+    if not BRIDGE_NETFILTER.exists():
+        output(["modprobe", "br_netfilter"], Timeout.HOST_SETUP,
+               "load the kernel module br_netfilter (`modprobe br_netfilter`, package kmod)")
+
+
 def create(nodes: list[NodeAddress]) -> None:
     """The switch with the control plane's address, and every node wired onto it with
     routes to every other node's pods."""
     prefix = NODE_SUBNET.prefixlen
+    load_bridge_netfilter()
     _ip(None, "netns", "add", CLUSTER_NETNS)
     _ip(CLUSTER_NETNS, "link", "set", "lo", "up")
     _ip(CLUSTER_NETNS, "link", "add", BRIDGE, "type", "bridge")
