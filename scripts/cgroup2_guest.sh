@@ -25,6 +25,9 @@ mount -t overlay overlay \
     "$KDC_CACHE"
 
 cd "$PROJECT"
+# The cluster's component logs, copied out as they grow: the host sees them even when the
+# VM is cut off before its suites end.
+(while sleep 30; do cp -r /var/tmp/kdc-hermetic/logs "$LANE_OUTPUT/cluster-logs" 2>/dev/null; done) &
 echo "== kdc-cluster up"
 started=$(date +%s)
 if kdc-cluster up; then

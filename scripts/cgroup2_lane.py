@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -38,6 +39,8 @@ def main() -> int:
                         help="the guest's pytest arguments (default: the suites needing no VM)")
     args = parser.parse_args()
     log_to_stderr()
+    # SIGTERM (a cancelled CI job) ends the lane through its cleanup, the VM's kill included
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     components.check_host_packages(extra=(("qemu-system-x86", "/usr/bin/qemu-system-x86_64"),))
     venv = Path(sys.prefix)
     shutil.rmtree(OUTPUT, ignore_errors=True)
