@@ -24,6 +24,7 @@ from kubevirtci.local.processes import ProcessSpec, Supervisor
 from kubevirtci.provider import Node, NodeCommandFailed
 
 NODE_INIT = Path(__file__).resolve().parent / "node_init.py"
+NODE_SERVICE = Path(__file__).resolve().parent / "node_service.py"
 # cgroup v1: kdc/<node> in every hierarchy, made by the node's init and removed with the
 # node. cgroup v2: a scope per node in this slice, which systemd delegates to the node
 # (Delegate=yes, as a container runtime's containers get theirs): every controller
@@ -117,28 +118,31 @@ class HermeticNode(Node):
     def service(self, name: str) -> str:
         return f"{self.name}-{name}"
 
+    def start_service(self, name: str, argv: list[str]) -> None:
+        """A service of the node: in a leaf of the node's cgroup (joined from the host,
+        see node_service), then in the node's namespaces."""
+        self.supervisor.start(ProcessSpec(self.service(name), [
+            sys.executable, str(NODE_SERVICE), f"--cgroup={self.cgroup}/services/{name}",
+            "--", *self.enter(), *argv], NODE_ENV))
+
     def start_services(self) -> None:
-        self.supervisor.start(ProcessSpec(self.service("containerd"), [
-            *self.enter(), "containerd", "--config=/etc/containerd/config.toml"], NODE_ENV))
+        self.start_service("containerd", ["containerd", "--config=/etc/containerd/config.toml"])
         self.supervisor.wait_until_ready(
             self.service("containerd"), lambda: self._has("-S", CONTAINERD_SOCKET),
             Timeout.NODE_SERVICE_READY, f"containerd of {self.name}")
         # Before the kubelet: every container must see the EMULATED PCI tree.
-        self.supervisor.start(ProcessSpec(self.service(EMULATED_PCI_NRI_PLUGIN), [
-            *self.enter(), EMULATED_PCI_NRI_PLUGIN], NODE_ENV))
+        self.start_service(EMULATED_PCI_NRI_PLUGIN, [EMULATED_PCI_NRI_PLUGIN])
         self.supervisor.wait_until_ready(
             self.service(EMULATED_PCI_NRI_PLUGIN),
             lambda: self._has("-f", EMULATED_PCI_NRI_REGISTERED), Timeout.NODE_SERVICE_READY,
             f"the EMULATED PCI plugin of {self.name} to register")
 
     def start_kubelet(self) -> None:
-        self.supervisor.start(ProcessSpec(
-            self.service("kubelet"), [*self.enter(), *kubelet_args(self.address)], NODE_ENV))
+        self.start_service("kubelet", kubelet_args(self.address))
 
     def start_kubernetes(self) -> None:
         self.start_kubelet()
-        self.supervisor.start(ProcessSpec(self.service("kube-proxy"), [
-            *self.enter(), "kube-proxy", "--config=/etc/kubernetes/kube-proxy.yaml"], NODE_ENV))
+        self.start_service("kube-proxy", ["kube-proxy", "--config=/etc/kubernetes/kube-proxy.yaml"])
 
     def restart_kubernetes(self) -> None:
         """The kubelet and kube-proxy read their certificates only when they start. The
