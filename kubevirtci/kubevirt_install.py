@@ -192,9 +192,12 @@ def component_report(kube: Kube, name: str, namespace: str) -> str:
         lines.append(f"pod {pod_name}: {(pod.get('status') or {}).get('phase')}")
         lines += [f"  event {e.get('reason')}: {e.get('message')}" for e in events
                   if e["involvedObject"].get("name") == pod_name][-5:]
+        # A crash-looping container's current log is often empty: its last run's says why.
+        restarted = any(c.get("restartCount") for c in
+                        (pod.get("status") or {}).get("containerStatuses") or [])
         try:
-            lines += ["  log " + line for line in kube.logs(pod_name, namespace, tail=10)
-                      .splitlines()]
+            lines += [f"  {'previous ' if restarted else ''}log {line}" for line in
+                      kube.logs(pod_name, namespace, tail=10, previous=restarted).splitlines()]
         except ApiException as err:
             lines.append(f"  (no log: {err.reason})")
     return "\n".join(lines) or f"{namespace}/{name} has no pods"

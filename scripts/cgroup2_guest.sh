@@ -25,9 +25,19 @@ mount -t overlay overlay \
     "$KDC_CACHE"
 
 cd "$PROJECT"
-# The cluster's component logs, copied out as they grow: the host sees them even when the
-# VM is cut off before its suites end.
-(while sleep 30; do cp -r /var/tmp/kdc-hermetic/logs "$LANE_OUTPUT/cluster-logs" 2>/dev/null; done) &
+# The cluster's component logs and each node's pod logs, copied out as they grow: the
+# host sees them even when the VM is cut off before its suites end.
+copy_logs() {
+    mkdir -p "$LANE_OUTPUT/cluster-logs"
+    cp -r /var/tmp/kdc-hermetic/logs/. "$LANE_OUTPUT/cluster-logs/" 2>/dev/null
+    for node in /var/tmp/kdc-hermetic/nodes/*/; do
+        pods="$node/layer/var/log/pods"
+        [ -d "$pods" ] || continue
+        mkdir -p "$LANE_OUTPUT/pod-logs/$(basename "$node")"
+        cp -r "$pods/." "$LANE_OUTPUT/pod-logs/$(basename "$node")/" 2>/dev/null
+    done
+}
+(while sleep 30; do copy_logs; done) &
 echo "== kdc-cluster up"
 started=$(date +%s)
 if kdc-cluster up; then
@@ -41,5 +51,6 @@ else
     status=$?
     echo "== kdc-cluster up failed ($status)"
 fi
+copy_logs
 echo "== guest done: $status after $(( $(date +%s) - started )) s"
 echo "$status" >"$LANE_OUTPUT/status"
