@@ -1,9 +1,10 @@
 """The cgroup2 lane's host side: what it shares into its throwaway VM and what it tells
 the guest, without booting it."""
 
+import logging
 from pathlib import Path
 
-from core.commands import output
+from core.commands import output, start
 from core.timeouts import Timeout
 from kubevirtci.local import cgroup2_lane
 
@@ -43,3 +44,13 @@ def test_the_guest_reads_back_the_pytest_arguments_as_given(tmp_path, monkeypatc
     without = output(["sh", "-c", f". {tmp_path}/settings.sh; echo $KDC_WITHOUT_VMS"],
                      Timeout.LOCAL_COMMAND)
     assert "TCG" in without
+
+
+def test_follow_echoes_every_line_the_guest_wrote_before_its_vm_ended(tmp_path, caplog):
+    guest_log = tmp_path / "guest.log"
+    vm = start(["sh", "-c", f"sleep 0.3; echo one > {guest_log}; sleep 0.3; "
+                            f"echo two >> {guest_log}"])
+    with caplog.at_level(logging.INFO, logger="kdc.cgroup2-lane"):
+        cgroup2_lane.follow(vm, guest_log)
+    assert vm.returncode == 0
+    assert [r.getMessage() for r in caplog.records] == ["one", "two"]

@@ -19,12 +19,12 @@ import logging
 import os
 import shlex
 import shutil
-import time
 from pathlib import Path
 
 from core.commands import Process, Runner, check, output
 from core.errors import SuiteUsageError
-from core.timeouts import Timeout
+from core.timeouts import Timeout, WaitTimeout
+from core.waits import poll
 from kubevirtci.local import components, debian
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,23 +134,23 @@ def write_guest_settings(venv: Path, pytest_args: list[str]) -> None:
         "".join(f"export {key}={shlex.quote(value)}\n" for key, value in settings.items()))
 
 
-def follow(process: Process, guest_log: Path) -> int:
+def follow(process: Process, guest_log: Path) -> None:
     """Echo the guest's log as it grows while the VM runs; the VM's exit ends it."""
-    deadline = time.monotonic() + Timeout.CGROUP2_LANE.seconds
     position = 0
-    while True:
-        running = process.poll() is None
+
+    def echo_until_exit() -> bool:
+        nonlocal position
+        exited = process.poll() is not None  # before reading: the last lines are then in
         if guest_log.is_file():
             with guest_log.open(errors="replace") as stream:
                 stream.seek(position)
                 for line in stream:
                     log.info(line.rstrip("\n"))
                 position = stream.tell()
-        if not running:
-            return process.returncode
-        if time.monotonic() > deadline:
-            limit = Timeout.CGROUP2_LANE
-            raise SuiteUsageError(f"the cgroup2 lane ran out of {limit.seconds:.0f} s "
-                                  f"({limit.value[0]})",
-                                  f"see {guest_log} and {OUTPUT / 'console.log'}")
-        time.sleep(2)
+        return exited
+
+    try:
+        poll(echo_until_exit, Timeout.CGROUP2_LANE, "the cgroup2 lane's VM to finish")
+    except WaitTimeout as err:
+        raise SuiteUsageError(str(err).splitlines()[0],
+                              f"see {guest_log} and {OUTPUT / 'console.log'}") from None
