@@ -33,8 +33,9 @@ copy_logs() {
     for node in /var/tmp/kdc-hermetic/nodes/*/; do
         pods="$node/layer/var/log/pods"
         [ -d "$pods" ] || continue
-        mkdir -p "$LANE_OUTPUT/pod-logs/$(basename "$node")"
-        cp -r "$pods/." "$LANE_OUTPUT/pod-logs/$(basename "$node")/" 2>/dev/null
+        copy="$LANE_OUTPUT/pod-logs/$(basename "$node")"
+        mkdir -p "$copy"
+        cp -r "$pods/." "$copy/" 2>/dev/null
     done
 }
 (while sleep 30; do copy_logs; done) &
