@@ -53,5 +53,13 @@ else
     echo "== kdc-cluster up failed ($status)"
 fi
 copy_logs
+# Teardown on v2 too: the nodes' slice and every scope in it must go with the cluster.
+echo "== kdc-cluster down"
+kdc-cluster down || { [ "$status" -ne 0 ] || status=1; }
+left=$(find /sys/fs/cgroup -maxdepth 1 -name 'kdc*')
+if [ -n "$left" ]; then
+    echo "== left behind by kdc-cluster down: $left"
+    [ "$status" -ne 0 ] || status=1
+fi
 echo "== guest done: $status after $(( $(date +%s) - started )) s"
 echo "$status" >"$LANE_OUTPUT/status"
