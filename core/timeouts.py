@@ -90,7 +90,13 @@ class Timeout(Enum):
 
     @property
     def seconds(self) -> float:
-        return self.value[1] * float(os.environ.get("KDC_TIMEOUT_SCALE", "1"))
+        return self.value[1] * timeout_scale()
+
+
+def timeout_scale() -> float:
+    """How many times slower than a typical cluster this one is declared to be
+    (``KDC_TIMEOUT_SCALE``)."""
+    return float(os.environ.get("KDC_TIMEOUT_SCALE", "1"))
 
 
 class WaitTimeout(AssertionError):

@@ -5,6 +5,7 @@ awaited; a component that is not ready is named with its pods' events and log ta
 from __future__ import annotations
 
 import copy
+import math
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +15,7 @@ from kubernetes.client.rest import ApiException
 
 from core.errors import SuiteUsageError
 from core.kube import Kube
-from core.timeouts import Timeout, WaitFailed, WaitTimeout
+from core.timeouts import Timeout, WaitFailed, WaitTimeout, timeout_scale
 from core.waits import Verdict, has_condition, is_absent, poll, wait_for
 from kubevirtci.discovery import DRA_GATES, parse_version
 from kubevirtci.installers import log, pod_failure, pods_of
@@ -26,6 +27,7 @@ NVME_DEVICE_PLUGIN = {
 RELEASE_URL = "https://github.com/kubevirt/kubevirt/releases/download/{version}/{file}"
 CR_NAME = "kubevirt"
 CONTROL_PLANE = ("virt-api", "virt-controller")  # what the operator deploys first
+STARTUP_PROBE_PERIOD = 10  # seconds
 
 
 def release_operator_manifest(version: str) -> list[dict[str, Any]]:
@@ -33,6 +35,27 @@ def release_operator_manifest(version: str) -> list[dict[str, Any]]:
     url = RELEASE_URL.format(version=version, file="kubevirt-operator.yaml")
     with urllib.request.urlopen(url, timeout=60) as response:
         return [d for d in yaml.safe_load_all(response.read()) if d]
+
+
+def with_operator_startup_window(docs: list[dict[str, Any]], seconds: float
+                                 ) -> list[dict[str, Any]]:
+    """The operator manifest with a startup probe on virt-operator that asks its liveness
+    probe's question for ``seconds``. Before its ``main``, virt-operator builds the OpenAPI
+    validator of every KubeVirt API (``pkg/virt-api/definitions``: 3.5 s of CPU on a fast
+    host); on slow nodes that outlasts the liveness probe's window (about 35 s) and the
+    kubelet restarts it forever. The liveness probe stays KubeVirt's own from the first
+    answer on."""
+    docs = copy.deepcopy(docs)
+    for doc in docs:
+        if doc["kind"] != "Deployment":
+            continue
+        for container in doc["spec"]["template"]["spec"]["containers"]:
+            if liveness := container.get("livenessProbe"):
+                container["startupProbe"] = {
+                    **liveness, "initialDelaySeconds": 0, "successThreshold": 1,
+                    "periodSeconds": STARTUP_PROBE_PERIOD,
+                    "failureThreshold": math.ceil(seconds / STARTUP_PROBE_PERIOD)}
+    return docs
 
 
 def kubevirt_cr_patch(cr: dict[str, Any]) -> dict[str, Any] | None:
@@ -106,6 +129,11 @@ class KubeVirtInstaller:
                                       "check the deployment's output above")
             log.info(f"installing KubeVirt {self.version}: operator manifest")
             docs = self.manifest()
+            if timeout_scale() > 1:  # nodes declared slow
+                window = Timeout.KUBEVIRT_OPERATOR_READY.seconds
+                log.info(f"slow nodes (timeouts x{timeout_scale():g}): virt-operator gets "
+                         f"{window:.0f} s to start before its liveness probe counts")
+                docs = with_operator_startup_window(docs, window)
             for doc in docs:
                 self.kube.apply(doc)
             operator = next(d for d in docs if d["kind"] == "Deployment")
@@ -119,6 +147,8 @@ class KubeVirtInstaller:
             cr = self.kube.apply(kubevirt_cr(namespace, self.configuration))
             action = ("" if action == "already installed" else action) + \
                 f"installed {self.version} with its operator"
+            if timeout_scale() > 1:
+                action += " (a startup probe on virt-operator: slow nodes)"
         patch = kubevirt_cr_patch(cr)
         namespace, name = cr["metadata"]["namespace"], cr["metadata"]["name"]
         if patch is not None:

@@ -56,3 +56,25 @@ def test_a_500_while_an_install_applies_a_manifest_is_tried_again(monkeypatch):
     monkeypatch.setattr(kube, "raw", raw)
     doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kdc-x"}}
     assert kube.apply(doc) == {"kind": "Namespace"} and answers == []
+
+
+def test_a_startup_window_holds_off_the_operators_liveness_probe_and_keeps_it():
+    from kubevirtci.kubevirt_install import with_operator_startup_window
+
+    liveness = {"httpGet": {"path": "/metrics", "port": 8443, "scheme": "HTTPS"},
+                "initialDelaySeconds": 5, "timeoutSeconds": 10}
+    operator = {"kind": "Deployment", "metadata": {"name": "virt-operator"},
+                "spec": {"template": {"spec": {"containers": [
+                    {"name": "virt-operator", "livenessProbe": liveness}]}}}}
+    service_account = {"kind": "ServiceAccount", "metadata": {"name": "kubevirt-operator"}}
+    docs = [service_account, operator]
+
+    changed = with_operator_startup_window(docs, 540)
+
+    container = changed[1]["spec"]["template"]["spec"]["containers"][0]
+    startup = container["startupProbe"]
+    assert startup["httpGet"] == liveness["httpGet"]  # the same question
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 540
+    assert container["livenessProbe"] == liveness  # KubeVirt's own once started
+    assert changed[0] == service_account
+    assert "startupProbe" not in operator["spec"]["template"]["spec"]["containers"][0]
