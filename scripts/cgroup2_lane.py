@@ -19,9 +19,11 @@ sys.path.insert(0, str(ROOT))
 from core.commands import start  # noqa: E402
 from core.errors import SuiteUsageError  # noqa: E402
 from core.log import log_to_stderr  # noqa: E402
+from fixtures.options import DEFAULT_KUBEVIRT_VERSION  # noqa: E402
 from kubevirtci.local import components  # noqa: E402
 from kubevirtci.local.cgroup2_lane import (  # noqa: E402
     OUTPUT,
+    build_kubevirt,
     follow,
     qemu_argv,
     shares,
@@ -35,6 +37,9 @@ log = logging.getLogger("kdc.cgroup2-lane")
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kubevirt-version", default=DEFAULT_KUBEVIRT_VERSION,
+                        help="the KubeVirt release the guest deploys, built here "
+                             f"(default {DEFAULT_KUBEVIRT_VERSION})")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER,
                         help="the guest's pytest arguments (default: the suites needing no VM)")
     args = parser.parse_args()
@@ -45,11 +50,14 @@ def main() -> int:
     venv = Path(sys.prefix)
     shutil.rmtree(OUTPUT, ignore_errors=True)
     OUTPUT.mkdir(parents=True)
-    # The cluster's programs are built here, on two real cores, not inside the TCG VM.
-    LocalCluster().build()
+    # The cluster's programs and KubeVirt are built here, on real cores, not in the TCG VM.
+    cluster = LocalCluster()
+    cluster.build()
+    if "--without-kubevirt" not in args.pytest_args:
+        build_kubevirt(args.kubevirt_version, cluster.bins["emulated-vfio-qemu"])
     kernel, initrd, disk = vm_image()
     mounts = shares(venv)
-    write_guest_settings(venv, args.pytest_args)
+    write_guest_settings(venv, args.pytest_args, args.kubevirt_version)
     log.info("booting the lane's VM (QEMU TCG, cgroup v2 only); the guest's log follows")
     with (OUTPUT / "qemu.log").open("wb") as qemu_log:
         process = start(qemu_argv(kernel, initrd, disk, mounts), log=qemu_log)

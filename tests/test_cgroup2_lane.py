@@ -38,12 +38,16 @@ def test_the_guest_reads_back_the_pytest_arguments_as_given(tmp_path, monkeypatc
     monkeypatch.setattr(cgroup2_lane, "OUTPUT", tmp_path)
     monkeypatch.setattr(cgroup2_lane, "go_env", lambda name: Path("/go") / name)
     given = ["suites/test_pod_dra.py", "-k", "not slow and 'quoted thing'"]
-    cgroup2_lane.write_guest_settings(tmp_path / "venv", given)
+    cgroup2_lane.write_guest_settings(tmp_path / "venv", given, "v1.8.4")
     script = f'. {tmp_path}/settings.sh; eval "set -- $LANE_PYTEST_ARGS"; printf "%s\\n" "$@"'
     assert output(["sh", "-c", script], Timeout.LOCAL_COMMAND).splitlines() == given
     without = output(["sh", "-c", f". {tmp_path}/settings.sh; echo $KDC_WITHOUT_VMS"],
                      Timeout.LOCAL_COMMAND)
     assert "TCG" in without
+    # the guest deploys the KubeVirt the host built for it
+    deployed = output(["sh", "-c", f". {tmp_path}/settings.sh; echo $KDC_KUBEVIRT_VERSION"],
+                      Timeout.LOCAL_COMMAND)
+    assert deployed.strip() == "v1.8.4"
 
 
 def test_follow_echoes_every_line_the_guest_wrote_before_its_vm_ended(tmp_path, caplog):

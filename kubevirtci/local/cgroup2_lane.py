@@ -25,7 +25,10 @@ from core.commands import Process, Runner, check, output
 from core.errors import SuiteUsageError
 from core.timeouts import Timeout, WaitTimeout
 from core.waits import poll
+from kubevirtci.kubevirt_code import release_code
+from kubevirtci.kubevirt_source import BuiltSource
 from kubevirtci.local import components, debian
+from kubevirtci.local import kubevirt as local_kubevirt
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,6 +72,15 @@ def vm_image() -> tuple[Path, Path, Path]:
           "mke2fs (e2fsprogs) makes the disk from the root folder")
     staging.rename(cached)
     return kernel, initrd, disk
+
+
+def build_kubevirt(version: str, emulated_vfio_front: Path) -> None:
+    """The KubeVirt release the guest deploys, built here on real cores (cached by
+    content): the guest, offline, finds the release in the shared module cache and its
+    images in the shared build cache."""
+    source = BuiltSource(release_code(version))
+    log.info(f"KubeVirt {version} for the guest, built here (cached by content)")
+    local_kubevirt.build(source.build_module(), emulated_vfio_front)
 
 
 def go_env(name: str) -> Path:
@@ -120,9 +132,10 @@ def qemu_argv(kernel: Path, initrd: Path, disk: Path, mounts: list[tuple[str, Pa
     return [str(a) for a in argv]
 
 
-def write_guest_settings(venv: Path, pytest_args: list[str]) -> None:
+def write_guest_settings(venv: Path, pytest_args: list[str], kubevirt_version: str) -> None:
     """What the guest side reads: its environment, as shell assignments."""
     settings = {"KDC_CACHE": str(components.CACHE_ROOT), "LANE_OUTPUT": str(OUTPUT),
+                "KDC_KUBEVIRT_VERSION": kubevirt_version,
                 "PROJECT": str(ROOT), "HOME": str(Path.home()),
                 "PATH": f"{venv}/bin:{go_env('GOROOT')}/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                 "GOMODCACHE": str(go_env("GOMODCACHE")), "GOPROXY": "off",
