@@ -7,8 +7,11 @@ from core.errors import SuiteUsageError
 from core.profile import PROFILES_DIR, SCHEMA_PATH, Promise, load, parse, schema_text
 from fixtures import options
 from fixtures.devices import Device
-from fixtures.session import deny_what_the_run_leaves_out
+from fixtures.session import ClusterSession, deny_what_the_run_leaves_out
 from kubevirtci.capabilities import Capabilities, Capability
+from kubevirtci.kubevirt_code import KubeVirtCode
+from kubevirtci.kubevirt_source import BuiltSource
+from kubevirtci.local.provider import LocalProvider
 
 
 class FakeConfig:
@@ -46,6 +49,21 @@ def test_without_vms_skips_what_needs_a_running_vm_with_the_reason_and_keeps_kub
     untouched = Capabilities(present={Capability.RUNNING_VMS})
     deny_what_the_run_leaves_out(untouched, options.resolve(FakeConfig(), env={}))
     assert untouched.has(Capability.RUNNING_VMS)
+
+
+def test_without_vms_builds_and_loads_no_guest_image_and_still_the_driver(tmp_path):
+    provider = LocalProvider(tmp_path)
+    kubevirt = BuiltSource(KubeVirtCode("v1.9.0", tmp_path, "c", "d"))
+    guest_image = provider.guest().kernel_boot.image
+
+    def loaded(env: dict[str, str]) -> list[str]:
+        return ClusterSession(options.resolve(FakeConfig(), env=env), load("reference-nvme"),
+                              provider, kubevirt).images_to_load()
+
+    with_vms = loaded({})
+    without = loaded({"KDC_WITHOUT_VMS": "nodes in a TCG VM"})
+    assert guest_image in with_vms and guest_image not in without
+    assert without and set(without) == set(with_vms) - {guest_image}
 
 
 @pytest.mark.parametrize(("given", "env", "message"), [
