@@ -1,7 +1,8 @@
 """The cgroup2 lane (``tox -e cgroup2``): the hermetic cluster on a cgroup v2 host, a
 throwaway QEMU (TCG) VM; see kubevirtci/local/cgroup2_lane.py.
 
-    python scripts/cgroup2_lane.py [PYTEST ARGS]     # default: the suites needing no VM
+    python scripts/cgroup2_lane.py [--kubevirt-version V] [PYTEST ARGS]   # default: the
+        suites needing no VM, KubeVirt v1.9.0
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kubevirtci.local.cgroup2_lane import (  # noqa: E402
     OUTPUT,
     build_kubevirt,
     follow,
+    kubevirt_release,
     qemu_argv,
     shares,
     vm_image,
@@ -36,28 +38,33 @@ log = logging.getLogger("kdc.cgroup2-lane")
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # Every argument the lane does not take is the guest's pytest's, wherever it stands.
+    parser = argparse.ArgumentParser(
+        description=" ".join(__doc__.split("\n\n")[0].split()), allow_abbrev=False,
+        epilog="Every other argument goes to the guest's pytest (default: the suites that "
+               "need no running VM).")
     parser.add_argument("--kubevirt-version", default=DEFAULT_KUBEVIRT_VERSION,
                         help="the KubeVirt release the guest deploys, built here "
                              f"(default {DEFAULT_KUBEVIRT_VERSION})")
-    parser.add_argument("pytest_args", nargs=argparse.REMAINDER,
-                        help="the guest's pytest arguments (default: the suites needing no VM)")
-    args = parser.parse_args()
+    args, pytest_args = parser.parse_known_args()
     log_to_stderr()
     # SIGTERM (a cancelled CI job) ends the lane through its cleanup, the VM's kill included
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     components.check_host_packages(extra=(("qemu-system-x86", "/usr/bin/qemu-system-x86_64"),))
     venv = Path(sys.prefix)
+    # Bad input (a tox Python under /usr, a release the proxy does not serve) before builds
+    mounts = shares(venv)
+    kubevirt = (None if "--without-kubevirt" in pytest_args
+                else kubevirt_release(args.kubevirt_version))
     shutil.rmtree(OUTPUT, ignore_errors=True)
     OUTPUT.mkdir(parents=True)
     # The cluster's programs and KubeVirt are built here, on real cores, not in the TCG VM.
     cluster = LocalCluster()
     cluster.build()
-    if "--without-kubevirt" not in args.pytest_args:
-        build_kubevirt(args.kubevirt_version, cluster.bins["emulated-vfio-qemu"])
+    if kubevirt is not None:
+        build_kubevirt(kubevirt, cluster.bins["emulated-vfio-qemu"])
     kernel, initrd, disk = vm_image()
-    mounts = shares(venv)
-    write_guest_settings(venv, args.pytest_args, args.kubevirt_version)
+    write_guest_settings(venv, pytest_args, args.kubevirt_version)
     log.info("booting the lane's VM (QEMU TCG, cgroup v2 only); the guest's log follows")
     with (OUTPUT / "qemu.log").open("wb") as qemu_log:
         process = start(qemu_argv(kernel, initrd, disk, mounts), log=qemu_log)

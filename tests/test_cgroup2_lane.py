@@ -4,7 +4,10 @@ the guest, without booting it."""
 import logging
 from pathlib import Path
 
+import pytest
+
 from core.commands import output, start
+from core.errors import SuiteUsageError
 from core.timeouts import Timeout
 from kubevirtci.local import cgroup2_lane
 
@@ -58,3 +61,10 @@ def test_follow_echoes_every_line_the_guest_wrote_before_its_vm_ended(tmp_path, 
         cgroup2_lane.follow(vm, guest_log)
     assert vm.returncode == 0
     assert [r.getMessage() for r in caplog.records] == ["one", "two"]
+
+
+def test_a_release_the_lane_cannot_build_is_refused_with_a_fix_the_lane_takes():
+    with pytest.raises(SuiteUsageError) as refused:
+        cgroup2_lane.kubevirt_release("1.9")
+    assert "not a release tag" in refused.value.problem
+    assert "--kubevirt-source" not in str(refused.value)  # the lane builds no tree

@@ -25,7 +25,7 @@ from core.commands import Process, Runner, check, output
 from core.errors import SuiteUsageError
 from core.timeouts import Timeout, WaitTimeout
 from core.waits import poll
-from kubevirtci.kubevirt_code import release_code
+from kubevirtci.kubevirt_code import KubeVirtCode, release_code
 from kubevirtci.kubevirt_source import BuiltSource
 from kubevirtci.local import components, debian
 from kubevirtci.local import kubevirt as local_kubevirt
@@ -74,13 +74,22 @@ def vm_image() -> tuple[Path, Path, Path]:
     return kernel, initrd, disk
 
 
-def build_kubevirt(version: str, emulated_vfio_front: Path) -> None:
+def kubevirt_release(version: str) -> KubeVirtCode:
+    """The release the lane builds for its guest; the lane takes no tree."""
+    try:
+        return release_code(version)
+    except SuiteUsageError as err:
+        raise SuiteUsageError(err.problem, "pass a release tag the Go module proxy serves "
+                              "(`go list -m -versions kubevirt.io/kubevirt`); the lane "
+                              "builds no tree") from None
+
+
+def build_kubevirt(code: KubeVirtCode, emulated_vfio_front: Path) -> None:
     """The KubeVirt release the guest deploys, built here on real cores (cached by
     content): the guest, offline, finds the release in the shared module cache and its
     images in the shared build cache."""
-    source = BuiltSource(release_code(version))
-    log.info(f"KubeVirt {version} for the guest, built here (cached by content)")
-    local_kubevirt.build(source.build_module(), emulated_vfio_front)
+    log.info(f"KubeVirt {code.version} for the guest, built here (cached by content)")
+    local_kubevirt.build(BuiltSource(code).build_module(), emulated_vfio_front)
 
 
 def go_env(name: str) -> Path:
