@@ -86,7 +86,8 @@ class Timeout(Enum):
     RUN_TREE_EXAMPLE = ("a KubeVirt tree's build (cold Go cache), redeploy and its test", 4200)
     RUN_RELEASE_SUITES = ("one release's build (cold) and the KubeVirt suites", 5400)
     RUN_CONFORMANCE = ("the conformance suites on a kept cluster", 5400)
-    CGROUP2_LANE = ("the cgroup2 lane's VM: boot, cluster up, its suites, power off", 7200)
+    # measured under TCG on 2 cores: set-up about 40 min, a test with a pod 2-3 min
+    CGROUP2_LANE = ("the cgroup2 lane's VM: boot, cluster up, its suites, power off", 14400)
 
     @property
     def seconds(self) -> float:
