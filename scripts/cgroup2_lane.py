@@ -2,7 +2,7 @@
 throwaway QEMU (TCG) VM; see kubevirtci/local/cgroup2_lane.py.
 
     python scripts/cgroup2_lane.py [--kubevirt-version V] [PYTEST ARGS]   # default: the
-        suites needing no VM, KubeVirt v1.9.0
+        suites needing no VM, the suite's default KubeVirt
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def main() -> int:
     cluster = LocalCluster()
     cluster.build()
     if kubevirt is not None:
-        build_kubevirt(kubevirt, cluster.bins["emulated-vfio-qemu"])
+        build_kubevirt(kubevirt, cluster)
     kernel, initrd, disk = vm_image()
     write_guest_settings(venv, pytest_args, args.kubevirt_version)
     log.info("booting the lane's VM (QEMU TCG, cgroup v2 only); the guest's log follows")

@@ -28,7 +28,8 @@ from core.waits import poll
 from kubevirtci.kubevirt_code import KubeVirtCode, release_code
 from kubevirtci.kubevirt_source import BuiltSource
 from kubevirtci.local import components, debian
-from kubevirtci.local import kubevirt as local_kubevirt
+from kubevirtci.local.cluster import LocalCluster
+from kubevirtci.local.provider import LocalProvider
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,12 +85,12 @@ def kubevirt_release(version: str) -> KubeVirtCode:
                               "builds no tree") from None
 
 
-def build_kubevirt(code: KubeVirtCode, emulated_vfio_front: Path) -> None:
-    """The KubeVirt release the guest deploys, built here on real cores (cached by
-    content): the guest, offline, finds the release in the shared module cache and its
-    images in the shared build cache."""
+def build_kubevirt(code: KubeVirtCode, cluster: LocalCluster) -> None:
+    """The KubeVirt release the guest deploys, built here on real cores as a run builds
+    it (cached by content): the guest, offline, finds the release in the shared module
+    cache and its images in the shared build cache."""
     log.info(f"KubeVirt {code.version} for the guest, built here (cached by content)")
-    local_kubevirt.build(BuiltSource(code).build_module(), emulated_vfio_front)
+    BuiltSource(code).prepare(LocalProvider(OUTPUT, cluster=cluster))
 
 
 def go_env(name: str) -> Path:
