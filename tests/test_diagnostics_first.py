@@ -18,7 +18,8 @@ pytest_plugins = ["fixtures.plugin"]
 STATE = {"claim": "prepared"}
 
 class FakeTest:
-    def capture(self, nodeid):
+    def capture(self, nodeid, failure):
+        STATE["failure"] = failure
         return {"claim.txt": STATE["claim"]}
 
 @pytest.fixture
@@ -28,6 +29,7 @@ def prepared_claim(request):
     STATE["claim"] = "unprepared"  # what teardown does to the evidence
     captured = request.node.stash.get(DIAGNOSTICS_KEY, {})
     (request.config.rootpath / "seen.txt").write_text(captured.get("claim.txt", "none"))
+    (request.config.rootpath / "failure.txt").write_text(STATE.get("failure", "none"))
 ''')
     pytester.makepyfile(test_x='''
 def test_fails(prepared_claim):
@@ -39,6 +41,7 @@ def test_passes(prepared_claim):
     result = pytester.runpytest_inprocess("-p", "no:randomly", "test_x.py::test_fails")
     result.assert_outcomes(failed=1)
     assert (pytester.path / "seen.txt").read_text() == "prepared"
+    assert "device missing in the guest" in (pytester.path / "failure.txt").read_text()
     result = pytester.runpytest_inprocess("-p", "no:randomly", "test_x.py::test_passes")
     result.assert_outcomes(passed=1)
     assert (pytester.path / "seen.txt").read_text() == "none"
