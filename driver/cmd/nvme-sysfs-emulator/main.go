@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -64,7 +63,10 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
-	sysfs.Kernel{Root: *root}.Run(ctx, 10*time.Millisecond)
+	if err := (sysfs.Kernel{Root: *root}).Run(ctx); err != nil {
+		klog.ErrorS(err, "EMULATION: the emulated kernel stopped")
+		os.Exit(1)
+	}
 }
 
 func setUp(root, devRoot, state string, controllers []sysfs.Controller) error {

@@ -2,10 +2,13 @@ package sysfs
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
+
+	"github.com/fsnotify/fsnotify"
 )
 
 // Kernel is the EMULATED kernel side of driver binding and hot removal: it reacts to
@@ -118,7 +121,7 @@ func readOverride(dev string) string {
 
 // Step handles every pending write once, in the order the kernel would have: a writer
 // unbinds before it probes, so a probe seen here is applied after the unbinds that
-// preceded it (the kernel handles each write synchronously; this stand-in polls).
+// preceded it (the kernel handles each write synchronously; this stand-in wakes on it).
 func (k Kernel) Step() {
 	probe := takeRequest(filepath.Join(k.Root, "bus/pci/drivers_probe"))
 	for _, drv := range knownDrivers {
@@ -147,16 +150,70 @@ func (k Kernel) Step() {
 	}
 }
 
-// Run steps until ctx ends.
-func (k Kernel) Run(ctx context.Context, every time.Duration) {
-	ticker := time.NewTicker(every)
-	defer ticker.Stop()
+// requestFolders hold every attribute a writer may write a request to: the bus's
+// drivers_probe and rescan, each driver's bind and unbind, each function's remove.
+func (k Kernel) requestFolders() []string {
+	folders := []string{filepath.Join(k.Root, "bus/pci")}
+	for _, drv := range knownDrivers {
+		folders = append(folders, filepath.Join(k.Root, "bus/pci/drivers", drv))
+	}
+	functions, _ := filepath.Glob(filepath.Join(k.Root, "devices/pci0000:00/*"))
+	return append(folders, functions...)
+}
+
+// watch watches every request folder there is now. A function's folder loses its watch
+// when it moves (remove takes it off the bus, rescan brings it back), so this runs
+// before every step; watching a folder already watched changes nothing.
+func (k Kernel) watch(watcher *fsnotify.Watcher) error {
+	for _, folder := range k.requestFolders() {
+		if err := watcher.Add(folder); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("EMULATION: watching %s: %w", folder, err)
+		}
+	}
+	return nil
+}
+
+// Run handles each write as it lands, until ctx ends. The kernel acts on a write before
+// write(2) returns; inotify wakes this stand-in on every change in the request folders
+// instead of it polling the tree, which under TCG took a good share of a node's CPU.
+// Its own writes wake it once more, to a step that finds nothing pending.
+func (k Kernel) Run(ctx context.Context) error {
+	watcher, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("EMULATION: watching the sysfs tree: %w", err)
+	}
+	defer watcher.Close()
 	for {
+		// Watched first: a write after the watch wakes the next step, one before it is
+		// seen by this one.
+		if err := k.watch(watcher); err != nil {
+			return err
+		}
+		k.Step()
 		select {
 		case <-ctx.Done():
+			return nil
+		case _, open := <-watcher.Events:
+			if !open {
+				return nil
+			}
+		case _, open := <-watcher.Errors:
+			// An overflowed queue lost events: the next step looks at every request.
+			if !open {
+				return nil
+			}
+		}
+		drain(watcher)
+	}
+}
+
+// drain drops the events already queued: one step handles all they announced.
+func drain(watcher *fsnotify.Watcher) {
+	for {
+		select {
+		case <-watcher.Events:
+		default:
 			return
-		case <-ticker.C:
-			k.Step()
 		}
 	}
 }
