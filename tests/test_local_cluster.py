@@ -2,6 +2,8 @@
 
 import datetime
 import json
+import logging
+import os
 import tarfile
 from pathlib import Path
 
@@ -10,6 +12,8 @@ import yaml
 from cryptography import x509
 
 from kubevirtci.capabilities import Capability
+from kubevirtci.local import cluster as cluster_module
+from kubevirtci.local import processes
 from kubevirtci.local.cluster import LocalCluster
 from kubevirtci.local.images import ImageSpec, archive_images, write_oci_archive
 from kubevirtci.local.layout import ClusterConfig, Layout
@@ -193,13 +197,39 @@ def test_a_certificate_only_the_scheduler_reads_restarts_the_scheduler_alone(kep
 
 def test_a_running_cluster_whose_ca_nears_its_end_is_made_anew_not_patched(
         kept_cluster, monkeypatch, caplog):
-    monkeypatch.setattr(kept_cluster, "running", lambda: True)
+    monkeypatch.setattr(kept_cluster, "not_running", lambda: [])
     kept_cluster.control_plane.issue(kept_cluster.config())
     assert kept_cluster._reusable()
     kept_cluster.ca.cert_path.unlink()
     kept_cluster.ca.ensure(datetime.datetime.now(datetime.UTC) - CA_LIFETIME + 10 * DAY)
     assert not kept_cluster._reusable()
     assert "made anew" in caplog.text
+
+
+def test_a_cluster_missing_a_process_is_not_reused_and_the_log_names_the_process(
+        kept_cluster, monkeypatch, caplog):
+    caplog.set_level(logging.INFO)
+    monkeypatch.setattr(cluster_module.network, "exists", lambda: True)
+    kept_cluster.control_plane.issue(kept_cluster.config())
+    assert kept_cluster.not_running() == []
+    kept_cluster.supervisor.stop("node02-kube-proxy")
+    assert kept_cluster.not_running() == ["node02-kube-proxy"]
+    assert not kept_cluster._reusable()
+    assert "node02-kube-proxy not running" in caplog.text
+
+
+def test_a_process_that_ends_while_its_status_is_read_is_not_alive(monkeypatch):
+    class EndedWhileRead:
+        """/proc/<pid>/stat opened, then read after the process ended (ESRCH)."""
+
+        def __init__(self, path: str) -> None:
+            pass
+
+        def read_text(self) -> str:
+            raise ProcessLookupError(3, "No such process")
+
+    monkeypatch.setattr(processes, "Path", EndedWhileRead)
+    assert not processes._alive(os.getpid())
 
 
 def test_cluster_config_round_trips_with_kubevirtci_node_names(tmp_path):

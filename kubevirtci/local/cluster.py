@@ -102,12 +102,17 @@ class LocalCluster:
 
     # --- lifecycle ---------------------------------------------------------------------
     def running(self) -> bool:
+        return not self.not_running()
+
+    def not_running(self) -> list[str]:
+        """What of the cluster is not running (its config and network, control plane
+        and node processes); empty when all of it is."""
         if not self.layout.config_file.exists() or not network.exists():
-            return False
+            return ["the cluster's config and network"]
         wanted = self.control_plane.names()
         wanted += [f"emulated-nvme-{n.name}" for n in self.nodes()]
-        return all(self.supervisor.pid(n) for n in wanted) and all(
-            n.running() for n in self.nodes())
+        down = [name for name in wanted if not self.supervisor.pid(name)]
+        return down + [name for n in self.nodes() for name in n.not_running()]
 
     def up(self) -> Path:
         """Start the cluster, or reuse the running one; one caller at a time (xdist)."""
@@ -160,7 +165,11 @@ class LocalCluster:
         """A running cluster is kept unless its CA cannot serve on: every pod trusts the
         CA (its service account's ca.crt), so a new CA would leave them failing, while
         a new cluster takes minutes and leaves none behind."""
-        if not self.running():
+        down = self.not_running()
+        if down:
+            if self.layout.root.exists():
+                log.info(f"the cluster in {self.layout.root} is not whole: "
+                         f"{', '.join(down)} not running")
             return False
         problem = self.ca.problem()
         if problem is not None:

@@ -163,9 +163,10 @@ class HermeticNode(Node):
             return False
         return True
 
-    def running(self) -> bool:
-        return all(self.supervisor.pid(n) for n in
-                   [self.name, *(self.service(s) for s in SERVICES)])
+    def not_running(self) -> list[str]:
+        """The node's machine and services that are not running."""
+        return [n for n in [self.name, *(self.service(s) for s in SERVICES)]
+                if not self.supervisor.pid(n)]
 
     def stop(self) -> None:
         """Kubelet first (no restarts behind our back), then the containers, then the

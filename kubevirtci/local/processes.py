@@ -107,7 +107,7 @@ def _alive(pid: int) -> bool:
         return True
     try:  # a zombie child of ours is not alive
         status = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # it ended, before or while read
         return False
     return status != "Z"
 
