@@ -1,12 +1,9 @@
 package sysfs
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 )
 
 // A writer's unbind and probe can both be pending when the stand-in polls; it must apply
@@ -98,58 +95,5 @@ func TestRescanBringsARemovedFunctionBackToItsNativeDriver(t *testing.T) {
 		if _, err := os.Stat(back); err != nil {
 			t.Errorf("%s must be back: %v", back, err)
 		}
-	}
-}
-
-// Run acts on a write as it lands, as the kernel does before write(2) returns: a writer
-// that unbinds, overrides and probes finds vfio-pci bound without anyone stepping, and a
-// function taken off the bus and found again by a rescan can be removed once more.
-func TestRunActsOnWritesAsTheyLand(t *testing.T) {
-	root := t.TempDir()
-	if err := Build(root, KubevirtciControllers([]int64{1 << 20, 1 << 20})); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan error)
-	go func() { stopped <- Kernel{Root: root}.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-stopped; err != nil {
-			t.Error(err)
-		}
-	}()
-	const bdf = "0000:00:05.0"
-	dev := filepath.Join(root, "bus/pci/devices", bdf)
-	write := func(path, value string) {
-		if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitUntil := func(what string, done func() bool) {
-		deadline := time.Now().Add(10 * time.Second)
-		for !done() {
-			if time.Now().After(deadline) {
-				t.Fatalf("not acted on: %s", what)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	boundTo := func(drv string) func() bool {
-		return func() bool {
-			target, _ := os.Readlink(filepath.Join(dev, "driver"))
-			return filepath.Base(target) == drv
-		}
-	}
-	offTheBus := func() bool { _, err := os.Lstat(dev); return os.IsNotExist(err) }
-
-	write(filepath.Join(root, "bus/pci/drivers/nvme/unbind"), bdf)
-	write(filepath.Join(dev, "driver_override"), "vfio-pci")
-	write(filepath.Join(root, "bus/pci/drivers_probe"), bdf)
-	waitUntil("bind to vfio-pci", boundTo("vfio-pci"))
-	for round := 1; round <= 2; round++ {
-		write(filepath.Join(dev, "remove"), "1")
-		waitUntil(fmt.Sprintf("remove, round %d", round), offTheBus)
-		write(filepath.Join(root, "bus/pci/rescan"), "1")
-		waitUntil(fmt.Sprintf("rescan, round %d", round), boundTo("nvme"))
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/kubevirt-dra-conformance/driver/emulation/sysfs"
+	"github.com/kubevirt-dra-conformance/driver/emulation/sysfs/sysfstest"
 	"github.com/kubevirt-dra-conformance/driver/pkg/cdi"
 	"github.com/kubevirt-dra-conformance/driver/pkg/inventory"
 	"github.com/kubevirt-dra-conformance/driver/pkg/pci"
@@ -40,9 +41,7 @@ func newNode(t *testing.T) node {
 	if err := sysfs.Build(n.root, sysfs.KubevirtciControllers([]int64{1 << 30, 1 << 30})); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go sysfs.Kernel{Root: n.root}.Run(ctx, 2*time.Millisecond)
+	sysfstest.RunKernel(t, n.root)
 	return n
 }
 

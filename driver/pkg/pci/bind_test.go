@@ -1,11 +1,11 @@
 package pci_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/kubevirt-dra-conformance/driver/emulation/sysfs"
+	"github.com/kubevirt-dra-conformance/driver/emulation/sysfs/sysfstest"
 	"github.com/kubevirt-dra-conformance/driver/pkg/pci"
 )
 
@@ -16,9 +16,7 @@ func emulatedNode(t *testing.T) (pci.Sysfs, pci.Binder) {
 	if err := sysfs.Build(root, sysfs.KubevirtciControllers([]int64{1 << 30})); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go sysfs.Kernel{Root: root}.Run(ctx, 2*time.Millisecond)
+	sysfstest.RunKernel(t, root)
 	sys := pci.Sysfs{Root: root}
 	return sys, pci.Binder{Sysfs: sys, Settle: 2 * time.Second}
 }
