@@ -50,6 +50,7 @@ from kubevirtci.kubevirt_source import BuiltSource  # noqa: E402
 from kubevirtci.local import components  # noqa: E402
 from kubevirtci.local import kubevirt as local_kubevirt  # noqa: E402
 from kubevirtci.local.cluster import LocalCluster  # noqa: E402
+from kubevirtci.local.processes import read_proc  # noqa: E402
 from kubevirtci.local.provider import LocalProvider  # noqa: E402
 
 OUT = ROOT / "_output" / "benchmarks"
@@ -83,7 +84,7 @@ def cluster_rss_bytes(cluster: LocalCluster) -> int:
         pid = cluster.supervisor.pid(name)
         if not pid:
             continue
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        for line in (read_proc(pid, "status") or "").splitlines():
             if line.startswith("VmRSS:"):
                 total += int(line.split()[1]) * 1024
     return total

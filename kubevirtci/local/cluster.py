@@ -109,10 +109,10 @@ class LocalCluster:
         and node processes); empty when all of it is."""
         if not self.layout.config_file.exists() or not network.exists():
             return ["the cluster's config and network"]
-        wanted = self.control_plane.names()
-        wanted += [f"emulated-nvme-{n.name}" for n in self.nodes()]
+        nodes = self.nodes()
+        wanted = self.control_plane.names() + [f"emulated-nvme-{n.name}" for n in nodes]
         down = [name for name in wanted if not self.supervisor.pid(name)]
-        return down + [name for n in self.nodes() for name in n.not_running()]
+        return down + [name for n in nodes for name in n.not_running()]
 
     def up(self) -> Path:
         """Start the cluster, or reuse the running one; one caller at a time (xdist)."""

@@ -20,7 +20,7 @@ from kubevirtci.local.node_config import (
     kubelet_args,
 )
 from kubevirtci.local.node_init import remove_cgroup, unified_only
-from kubevirtci.local.processes import ProcessSpec, Supervisor
+from kubevirtci.local.processes import ProcessSpec, Supervisor, read_proc
 from kubevirtci.provider import Node, NodeCommandFailed
 
 NODE_INIT = Path(__file__).resolve().parent / "node_init.py"
@@ -72,10 +72,7 @@ class HermeticNode(Node):
         launcher = self.supervisor.pid(self.name)
         if launcher is None:
             return None
-        try:
-            children = Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()
-        except FileNotFoundError:
-            return None
+        children = (read_proc(launcher, f"task/{launcher}/children") or "").split()
         return int(children[0]) if children else None
 
     def boot(self) -> None:

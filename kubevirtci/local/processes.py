@@ -98,6 +98,15 @@ class Supervisor:
             return "(no log)"
 
 
+def read_proc(pid: int, name: str) -> str | None:
+    """``/proc/<pid>/<name>``, or None once the process has ended: before the file is
+    opened (ENOENT) or while it is read (ESRCH)."""
+    try:
+        return Path(f"/proc/{pid}/{name}").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -105,11 +114,8 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a zombie child of ours is not alive
-        status = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):  # it ended, before or while read
-        return False
-    return status != "Z"
+    stat = read_proc(pid, "stat")  # a zombie child of ours is not alive
+    return stat is not None and stat.split(")")[-1].split()[0] != "Z"
 
 
 def _terminate(pid: int) -> None:
