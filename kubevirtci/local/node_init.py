@@ -36,6 +36,7 @@ HOST_DEVICES = ("null", "zero", "full", "random", "urandom", "tty", "kmsg", "fus
 EMULATED_SYSFS = ("bus/pci", "devices/pci0000:00", "kernel/iommu_groups")
 EMULATED_DEVICE_STATE = "/var/lib/kdc-emulated-pci"  # sysfs.DeviceStateRoot (driver/emulation)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+MOUNTINFO = Path("/proc/self/mountinfo")
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWPID, CLONE_NEWCGROUP = 0x20000000, 0x02000000
 # mount(2) and umount2(2) flags (linux/mount.h), and the options mount(8) turns into them
@@ -56,7 +57,7 @@ LIBC.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes
 def cgroup_hierarchies() -> list[tuple[Path, str, str]]:
     """(mount point, filesystem, super options) of every cgroup hierarchy of the host."""
     out = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+    for line in MOUNTINFO.read_text().splitlines():
         fields, _, tail = line.partition(" - ")
         fstype, _, options = tail.split(" ", 2)
         mount_point = Path(fields.split()[4])
