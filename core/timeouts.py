@@ -87,6 +87,8 @@ class Timeout(Enum):
     RUN_RELEASE_SUITES = ("one release's build (cold) and the KubeVirt suites", 5400)
     RUN_CONFORMANCE = ("the conformance suites on a kept cluster", 5400)
     # measured under TCG on 2 cores: set-up about 40 min, a test with a pod 2-3 min
+    # measured under TCG on 2 cores: boot to the first snapshot about a minute
+    KERNEL_REFERENCE = ("the kernel reference VM: boot, record every step, power off", 1800)
     CGROUP2_LANE = ("the cgroup2 lane's VM: boot, cluster up, its suites, power off", 14400)
 
     @property

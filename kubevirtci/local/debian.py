@@ -52,6 +52,7 @@ def build_root(recipe: RootRecipe, runner: CommandRunner | None = None) -> Path:
     runner = runner or Runner()
     staging = recipe.path.with_name(recipe.path.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
+    staging.parent.mkdir(parents=True, exist_ok=True)  # mmdebstrap wants its parent
     log.info(f"{recipe.suite} root '{recipe.name}': {len(recipe.packages)} "
              "packages from the Debian archive (about a minute)")
     argv = ["mmdebstrap", f"--variant={recipe.variant}", "--include=" + ",".join(recipe.packages)]

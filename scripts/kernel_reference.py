@@ -1,0 +1,174 @@
+"""The kernel reference (``tox -e kernel-reference``): what a real Linux kernel shows of
+the devices the hermetic cluster EMULATES, recorded as test data for the emulator.
+
+A throwaway QEMU (TCG) VM boots Debian trixie's own kernel on a machine like a
+kubevirtci node: q35 with an emulated IOMMU (``intel-iommu``), QEMU NVMe controllers as
+kubevirtci's ``--nvme 1G`` adds them (serial ``nvme-<i>``), and an igb NIC with SR-IOV.
+Inside, ``driver/cmd/kernel-reference`` records the devices' sysfs entries, IOMMU groups,
+the nvme and block classes, ``/dev`` nodes and what ``lspci``, ``lsblk`` and libvirt's node
+device driver show, at boot and after each step of the reference driver's bind sequence
+(to vfio-pci and back, step by step and through the driver's own ``pci.Binder``), hot
+removal, rescan and SR-IOV. The recording goes to
+``driver/emulation/sysfs/testdata/kernel-reference.json``, where the emulator's Go test
+holds the EMULATED tree against it.
+
+    python scripts/kernel_reference.py [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from core.commands import Runner, check, output  # noqa: E402
+from core.errors import SuiteUsageError  # noqa: E402
+from core.log import log_to_stderr  # noqa: E402
+from core.timeouts import Timeout  # noqa: E402
+from kubevirtci.local import components, debian  # noqa: E402
+
+log = logging.getLogger("kdc.kernel-reference")
+
+# The VM's root, which also runs its QEMU (trixie's, the generation of the launcher's):
+# Debian's kernel, systemd and udev as on a node, the tools whose view is recorded.
+RECIPE = debian.RootRecipe(
+    name="kernel-reference",
+    packages=("systemd", "systemd-sysv", "udev", "kmod", "linux-image-amd64",
+              "initramfs-tools", "pciutils", "util-linux", "mount", "qemu-system-x86",
+              "libvirt-daemon-driver-nodedev", "libvirt-clients"),
+)
+DISK_SIZE = "4G"  # sparse
+OUTPUT = ROOT / "_output" / "kernel-reference"
+DEFAULT_RECORDING = ROOT / "driver" / "emulation" / "sysfs" / "testdata" / "kernel-reference.json"
+# As kubevirtci's --nvme 1G --nvme 1G (and the hermetic nodes' default): serials nvme-<i>.
+NVME_SIZES = ("1G", "1G")
+GUEST_SCRIPT = """#!/bin/sh
+# The kernel reference's guest side: systemd runs it from the kernel command line and
+# powers off when it ends.
+here=$(dirname "$0")
+exec >>"$here/guest.log" 2>&1
+modprobe vfio-pci
+systemctl start libvirtd.service
+"$here/kernel-reference" --out "$here/recording.json" --provenance "$here/provenance.json"
+echo $? >"$here/status"
+"""
+
+
+def vm_image(root: Path) -> tuple[Path, Path, Path]:
+    """(kernel, initrd, disk) of the VM, made once per root recipe."""
+    cached = components.CACHE_ROOT / f"{root.name}-vm"
+    kernel, initrd, disk = cached / "vmlinuz", cached / "initrd.img", cached / "disk.raw"
+    if disk.is_file():
+        return kernel, initrd, disk
+    staging = cached.with_name(cached.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    shutil.copy(next((root / "boot").glob("vmlinuz-*")), staging / "vmlinuz")
+    shutil.copy(next((root / "boot").glob("initrd.img-*")), staging / "initrd.img")
+    check(Runner().run(["mke2fs", "-q", "-t", "ext4", "-L", "kref-root", "-d", root,
+                        staging / "disk.raw", DISK_SIZE], Timeout.DEBIAN_ROOT, label="mke2fs"),
+          "mke2fs (e2fsprogs) makes the disk from the root folder")
+    staging.rename(cached)
+    return kernel, initrd, disk
+
+
+def qemu_argv(kernel: Path, initrd: Path, disk: Path) -> list[str]:
+    """A kubevirtci node's devices: NVMe on the root complex as its ``--nvme`` adds them,
+    behind intel-iommu; an igb NIC (SR-IOV capable) behind a root port."""
+    mount = ("work:{out}:9p:trans=virtio,version=9p2000.L,msize=1048576,rw,"
+             "x-systemd.before=kernel-command-line.service,"
+             "x-systemd.required-by=kernel-command-line.service").format(out=OUTPUT)
+    append = " ".join(["console=ttyS0", "root=LABEL=kref-root", "rw", "panic=-1",
+                       "intel_iommu=on", f"systemd.run={OUTPUT / 'guest.sh'}",
+                       "systemd.run_success_action=poweroff",
+                       "systemd.run_failure_action=poweroff", f"systemd.mount-extra={mount}"])
+    argv = ["qemu-system-x86_64", "-machine", "q35", "-accel", "tcg,thread=multi",
+            "-cpu", "max", "-smp", "2", "-m", "2G", "-display", "none", "-vga", "none",
+            "-nic", "none", "-no-reboot", "-serial", f"file:{OUTPUT / 'console.log'}",
+            "-kernel", str(kernel), "-initrd", str(initrd), "-append", append,
+            "-device", "intel-iommu",
+            "-drive", f"file={disk},format=raw,if=virtio,snapshot=on",
+            "-virtfs", f"local,path={OUTPUT},mount_tag=work,security_model=passthrough",
+            "-device", "pcie-root-port,id=rp1,chassis=1",
+            "-netdev", "user,id=n0,restrict=on", "-device", "igb,bus=rp1,netdev=n0"]
+    for i, size in enumerate(NVME_SIZES):
+        media = OUTPUT / f"nvme-{i}.img"
+        with media.open("wb") as f:
+            f.truncate(components_size(size))
+        argv += ["-drive", f"format=raw,id=NVME{i},if=none,file={media}",
+                 "-device", f"nvme,drive=NVME{i},serial=nvme-{i}"]
+    return argv
+
+
+def components_size(size: str) -> int:
+    return int(size.rstrip("G")) << 30
+
+
+def in_root(root: Path, argv: list[str], timeout: Timeout, label: str) -> str:
+    """Run ``argv`` chrooted into the root (its QEMU, not the host's), the output folder
+    and the VM image visible at their own paths."""
+    script = " ".join(f"'{a}'" for a in argv)
+    result = Runner().run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         'mount -t proc proc "$R/proc" && mount --rbind /dev "$R/dev" && '
+         'for p in "$OUT" "$IMG"; do mkdir -p "$R$p" && mount --bind "$p" "$R$p"; done && '
+         f'exec chroot "$R" {script}'],
+        timeout, env={"R": str(root), "OUT": str(OUTPUT),
+                      "IMG": str(components.CACHE_ROOT / f"{root.name}-vm"),
+                      "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, label=label)
+    check(result, f"see {OUTPUT / 'console.log'} and {OUTPUT / 'guest.log'}")
+    return result.stdout
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_RECORDING,
+                        help=f"where the recording goes (default {DEFAULT_RECORDING})")
+    args = parser.parse_args()
+    log_to_stderr()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    components.check_host_packages()
+    shutil.rmtree(OUTPUT, ignore_errors=True)
+    OUTPUT.mkdir(parents=True)
+    log.info("the recorder, built static from driver/cmd/kernel-reference")
+    check(Runner().run(["go", "build", "-trimpath", "-o", OUTPUT / "kernel-reference",
+                        "./cmd/kernel-reference"], Timeout.GO_BUILD,
+                       env={**__import__("os").environ, "CGO_ENABLED": "0"},
+                       cwd=components.DRIVER_DIR, label="go build"), "see the Go error above")
+    root = debian.build_root(RECIPE)
+    kernel, initrd, disk = vm_image(root)
+    (OUTPUT / "guest.sh").write_text(GUEST_SCRIPT)
+    (OUTPUT / "guest.sh").chmod(0o755)
+    argv = qemu_argv(kernel, initrd, disk)
+    qemu_version = in_root(root, ["qemu-system-x86_64", "--version"], Timeout.LOCAL_COMMAND,
+                           "qemu").splitlines()[0]
+    _, kernel_package = debian.installed_source(root, "linux-image-amd64")
+    (OUTPUT / "provenance.json").write_text(json.dumps({
+        "qemu": qemu_version, "qemuArgs": [a.replace(str(OUTPUT), "OUT") for a in argv],
+        "debian": f"linux-image-amd64 {kernel_package} (trixie)",
+        "recipe": "tox -e kernel-reference"}))
+    log.info(f"booting the reference VM ({qemu_version}, TCG); its log: {OUTPUT}/guest.log")
+    in_root(root, argv, Timeout.KERNEL_REFERENCE, "reference-vm")
+    status = OUTPUT / "status"
+    if not status.is_file() or status.read_text().strip() != "0":
+        raise SuiteUsageError("the reference VM did not record the kernel's tree",
+                              f"see {OUTPUT / 'guest.log'} and {OUTPUT / 'console.log'}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(OUTPUT / "recording.json", args.out)
+    log.info(f"recorded: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except SuiteUsageError as error:
+        print(f"kernel reference: {error}", file=sys.stderr)
+        sys.exit(2)
