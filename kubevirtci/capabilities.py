@@ -1,7 +1,9 @@
 """What a cluster can do, as declared by its provider and discovered from its API.
 
 A test names the capabilities it needs with ``@pytest.mark.requires(...)``; a missing
-capability skips it with the reason recorded here (or fails it under ``--certify``).
+capability skips it with the reason recorded here (or fails it under ``--certify``). A
+faulty one, which the driver under test should give and does not, fails it: the subject
+of the run is never a missing feature.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ SKIP_CAUSES = "skip_causes"
 
 class Capability(StrEnum):
     DRA_API = "dra-api"  # resource.k8s.io/v1 served
-    DRA_DRIVER = "dra-driver"  # the profile's driver publishes ResourceSlices
+    DRA_DRIVER = "dra-driver"  # the profile's driver publishes devices in ResourceSlices
     KUBEVIRT = "kubevirt"  # KubeVirt's API and admission served (virt-api available)
     RUNNING_VMS = "running-vms"  # VMs run: KubeVirt Deployed, its node agents ready
     KUBEVIRT_DRA_GATES = "kubevirt-dra-gates"  # HostDevices + HostDevicesWithDRA + GPUsWithDRA
@@ -38,18 +40,31 @@ class Capability(StrEnum):
 
 @dataclass
 class Capabilities:
-    """Capabilities present, and for each missing one the reason it is missing."""
+    """Capabilities present, for each missing one the reason it is missing, and for each
+    faulty one (the subject under test fails to give it) the reason it is faulty."""
 
     present: set[Capability] = field(default_factory=set)
     missing: dict[Capability, str] = field(default_factory=dict)
+    faulty: dict[Capability, str] = field(default_factory=dict)
 
     def grant(self, capability: Capability) -> None:
         self.present.add(capability)
         self.missing.pop(capability, None)
+        self.faulty.pop(capability, None)
 
     def deny(self, capability: Capability, reason: str) -> None:
         self.present.discard(capability)
+        self.faulty.pop(capability, None)
         self.missing[capability] = reason
+
+    def fault(self, capability: Capability, reason: str) -> None:
+        self.present.discard(capability)
+        self.missing.pop(capability, None)
+        self.faulty[capability] = reason
+
+    def faults(self, required: list[Capability]) -> list[str]:
+        """The distinct reasons of the faulty capabilities among ``required``."""
+        return list(dict.fromkeys(self.faulty[c] for c in required if c in self.faulty))
 
     def has(self, capability: Capability) -> bool:
         return capability in self.present
@@ -61,11 +76,12 @@ class Capabilities:
         """Each distinct reason with the missing capabilities it covers."""
         by_reason: dict[str, list[str]] = {}
         for cap in required:
-            if not self.has(cap):
+            if not self.has(cap) and cap not in self.faulty:
                 by_reason.setdefault(self.reason_missing(cap), []).append(cap.value)
         return by_reason
 
     def unmet(self, required: list[Capability]) -> list[str]:
-        """One line per distinct reason, naming the missing capabilities it covers."""
+        """One line per distinct reason, naming the missing capabilities it covers (a
+        faulty one is not missing: the tests that need it fail)."""
         return [f"{', '.join(caps)}: {reason}"
                 for reason, caps in self.unmet_by_reason(required).items()]

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import quote
 
+from core.errors import SuiteUsageError
+from core.profile import DriverProfile
 from kubevirtci.capabilities import Capabilities, Capability
 from kubevirtci.releases import Release, release_for
 
@@ -33,6 +36,8 @@ class ClusterFacts:
     devices_per_node: dict[str, dict[str, int]] = field(default_factory=dict)
     device_plugin_resources: dict[str, dict[str, str]] = field(default_factory=dict)
     nodes: list[str] = field(default_factory=list)
+    # node -> the state of the profile's kubelet plugin pod there (plugin_pod_states)
+    plugin_pods: dict[str, str] = field(default_factory=dict)
 
     @property
     def kubevirt_release(self) -> Release | None:
@@ -65,7 +70,26 @@ def effective_gates(kubevirt_cr: dict[str, Any], version: str | None) -> list[st
     return sorted(enabled - disabled)
 
 
-def discover(api: ApiReader) -> ClusterFacts:
+def plugin_pods_path(selector: str) -> str:
+    return f"/api/v1/pods?labelSelector={quote(selector, safe='')}"
+
+
+def plugin_pod_states(pods: list[dict[str, Any]]) -> dict[str, str]:
+    """Each node's kubelet plugin pod and its state: the reason a container waits
+    (CrashLoopBackOff, ImagePullBackOff), else the pod's phase."""
+    states: dict[str, str] = {}
+    for pod in pods:
+        status = pod.get("status") or {}
+        waiting = [((c.get("state") or {}).get("waiting") or {}).get("reason")
+                   for c in status.get("containerStatuses") or []]
+        node = (pod.get("spec") or {}).get("nodeName") or "(no node yet)"
+        states[node] = next((w for w in waiting if w), status.get("phase") or "Unknown")
+    return states
+
+
+def discover(api: ApiReader, plugin_pod_selector: str = "") -> ClusterFacts:
+    """The cluster's facts; ``plugin_pod_selector``: the driver under test's kubelet
+    plugin pods, whose nodes tell a driver that runs from one that is not there."""
     facts = ClusterFacts()
     version = api.get("/version") or {}
     facts.server_version = version.get("gitVersion", "unknown")
@@ -93,6 +117,9 @@ def discover(api: ApiReader) -> ClusterFacts:
             node = spec.get("nodeName") or "(network)"
             per_node = facts.devices_per_node.setdefault(driver, {})
             per_node[node] = per_node.get(node, 0) + count
+    if plugin_pod_selector:
+        pods = (api.get(plugin_pods_path(plugin_pod_selector)) or {}).get("items", [])
+        facts.plugin_pods = plugin_pod_states(pods)
 
     if api.get("/apis/kubevirt.io/v1") is not None:
         crs = (api.get("/apis/kubevirt.io/v1/kubevirts") or {}).get("items", [])
@@ -134,19 +161,7 @@ def capabilities_from(
     else:
         caps.deny(Capability.DEVICE_TAINTS, f"cluster {facts.server_version} does not serve "
                   "resource.k8s.io/v1 DeviceTaintRule (KEP-5055, GA in Kubernetes 1.37)")
-    if facts.drivers.get(driver):
-        caps.grant(Capability.DRA_DRIVER)
-        if any(n >= 2 for n in facts.devices_per_node.get(driver, {}).values()):
-            caps.grant(Capability.TWO_DEVICES_PER_NODE)
-        else:
-            caps.deny(Capability.TWO_DEVICES_PER_NODE, f"no node has two {driver} devices")
-    else:
-        caps.deny(
-            Capability.DRA_DRIVER,
-            f"no ResourceSlice of driver {driver} (drivers seen: "
-            f"{', '.join(sorted(facts.drivers)) or 'none'})",
-        )
-        caps.deny(Capability.TWO_DEVICES_PER_NODE, f"driver {driver} publishes no devices")
+    _driver_capabilities(facts, driver, caps)
     _kubevirt_capabilities(facts, caps)
     if device_plugin_resource and any(
         device_plugin_resource in r for r in facts.device_plugin_resources.values()
@@ -158,6 +173,53 @@ def capabilities_from(
             f"no node has allocatable {device_plugin_resource or '(profile names none)'}",
         )
     return caps
+
+
+def unpublished(driver: str, plugin_pods: dict[str, str]) -> str:
+    """The root cause every test of a driver that publishes no device fails with."""
+    where = ", ".join(f"{node} ({state})" for node, state in sorted(plugin_pods.items()))
+    return f"driver {driver} publishes no device, yet its kubelet plugin is on {where}"
+
+
+def _driver_capabilities(facts: ClusterFacts, driver: str, caps: Capabilities) -> None:
+    """The driver under test is the subject, never a missing feature: one whose plugin is
+    there and publishes no device is faulty (its tests fail); one that is not there at
+    all stops the run (check_driver_present)."""
+    needs_devices = (Capability.DRA_DRIVER, Capability.TWO_DEVICES_PER_NODE)
+    if not caps.has(Capability.DRA_API):  # no slices to read: the API's reason says why
+        for cap in needs_devices:
+            caps.deny(cap, caps.reason_missing(Capability.DRA_API))
+    elif facts.drivers.get(driver):
+        caps.grant(Capability.DRA_DRIVER)
+        if any(n >= 2 for n in facts.devices_per_node.get(driver, {}).values()):
+            caps.grant(Capability.TWO_DEVICES_PER_NODE)
+        else:
+            caps.deny(Capability.TWO_DEVICES_PER_NODE, f"no node has two {driver} devices")
+    elif facts.plugin_pods or driver in facts.drivers:
+        reason = (unpublished(driver, facts.plugin_pods) if facts.plugin_pods else
+                  f"driver {driver} publishes no device: its ResourceSlices list none")
+        for cap in needs_devices:
+            caps.fault(cap, f"{reason} (SANITY-001 names what the nodes have)")
+    else:
+        for cap in needs_devices:
+            caps.deny(cap, f"driver {driver} is not on this cluster")
+
+
+def check_driver_present(facts: ClusterFacts, profile: DriverProfile) -> None:
+    """Raise SuiteUsageError when the profile's driver is not on the cluster at all: no
+    ResourceSlice of it and no pod of its kubelet plugin. That is bad input (the wrong
+    profile, a driver not installed), not a test result."""
+    driver = profile.driver
+    if "v1" not in facts.dra_versions or driver in facts.drivers or facts.plugin_pods:
+        return
+    others = ", ".join(sorted(facts.drivers)) or "none"
+    raise SuiteUsageError(
+        f"driver {driver} (profile {profile.name}) is not on this cluster: no ResourceSlice "
+        f"of it and no pod of its kubelet plugin ({profile.plugin_pod_selector}); other "
+        f"drivers seen: {others}",
+        "install the driver (the profile's install.manifests, on a provider that installs "
+        "it), set the profile's pluginPodSelector to its plugin pods' labels, or pass "
+        "--profile for the driver the cluster runs")
 
 
 def _kubevirt_capabilities(facts: ClusterFacts, caps: Capabilities) -> None:

@@ -143,7 +143,8 @@ REQUIREMENTS: tuple[Requirement, ...] = (
                 "pod.", Source.PROFILE, _O),
     Requirement("POD-007", "A container given a function sees it in sysfs with its IOMMU "
                 "group.", Source.PROFILE, _O),
-    Requirement("SANITY-001", "ResourceSlices list each device once, in consistent pools.",
+    Requirement("SANITY-001", "A driver whose plugin runs publishes its devices; its "
+                "ResourceSlices list each device once, in consistent pools.",
                 Source.KEP_4381),
     Requirement("SANITY-002", "Every device carries the attributes the profile requires.",
                 Source.PROFILE, _O),

@@ -52,3 +52,24 @@ def test_an_unusable_cluster_stops_the_run_once_with_its_reason():
     with pytest.raises(pytest.exit.Exception, match="cannot be used: cluster unreachable"):
         stop_if_unusable(broken)
     stop_if_unusable(SimpleNamespace(error=None))
+
+
+def faulty_session():
+    caps = Capabilities()
+    caps.grant(Capability.DRA_API)
+    caps.fault(Capability.DRA_DRIVER, "driver d publishes no device, yet its plugin runs")
+    caps.deny(Capability.KUBEVIRT, "KubeVirt is not installed on this cluster")
+    return SimpleNamespace(capabilities=caps, options=SimpleNamespace(certify=False))
+
+
+def test_a_faulty_capability_fails_the_test_even_where_another_is_missing():
+    item = Item(Capability.DRA_API, Capability.DRA_DRIVER, Capability.KUBEVIRT)
+    with pytest.raises(pytest.fail.Exception, match="driver d publishes no device"):
+        enforce_capabilities(item, faulty_session())
+
+
+def test_the_test_that_judges_a_faulty_capability_runs_to_give_its_verdict():
+    item = Item(Capability.DRA_API, Capability.DRA_DRIVER, requirement="SANITY-001")
+    item.marks["judges"] = [SimpleNamespace(args=[Capability.DRA_DRIVER.value])]
+    enforce_capabilities(item, faulty_session())  # neither failed nor skipped at the gate
+    assert faulty_session().capabilities.unmet([Capability.DRA_DRIVER]) == []

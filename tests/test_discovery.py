@@ -47,7 +47,7 @@ def test_cluster_without_kubevirt_denies_every_kubevirt_capability_with_one_reas
     caps = capabilities_from(discover(recorded("cluster_without_kubevirt")), DRIVER, DP)
     assert caps.has(Capability.DRA_API)
     assert not caps.has(Capability.DRA_DRIVER)
-    assert "drivers seen: none" in caps.reason_missing(Capability.DRA_DRIVER)
+    assert "is not on this cluster" in caps.reason_missing(Capability.DRA_DRIVER)
     unmet = caps.unmet([Capability.KUBEVIRT, Capability.KUBEVIRT_DRA_GATES,
                         Capability.LAUNCHER_METADATA])
     assert unmet == ["kubevirt, kubevirt-dra-gates, launcher-metadata: "

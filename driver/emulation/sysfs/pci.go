@@ -1,75 +1,12 @@
 package sysfs
 
-import (
-	"fmt"
-	"strings"
-)
-
 // The identity of QEMU's NVMe controller (QEMU 10.0, hw/nvme/ctrl.c), which is what
-// kubevirtci's --nvme adds to its nodes and what the EMULATED VFIO hop gives the guest.
+// kubevirtci's --nvme adds to its nodes, what the kernel recording shows and what the
+// EMULATED VFIO hop gives the guest.
 const (
-	VendorID          = 0x1b36 // Red Hat, Inc. (QEMU)
-	DeviceID          = 0x0010 // QEMU NVM Express Controller
-	subsystemVendorID = 0x1af4
-	subsystemDeviceID = 0x1100
-	classCode         = 0x010802 // mass storage, non-volatile memory, NVM Express
-	revision          = 0x02
+	VendorID = 0x1b36 // Red Hat, Inc. (QEMU)
+	DeviceID = 0x0010 // QEMU NVM Express Controller
 	// QEMUModel is the model number QEMU's NVMe controller reports (it has no property
 	// to change it).
 	QEMUModel = "QEMU NVMe Ctrl"
 )
-
-// configHeader is the start of the controller's PCI configuration space as a guest
-// kernel shows it (read from /sys/bus/pci/devices/<bdf>/config under QEMU 10.0 with
-// the controller behind a PCIe root port): MSI-X capability at 0x40, PCI Express
-// (endpoint) at 0x80, power management at 0x60. The rest of the 4 KiB is zero.
-var configHeader = []byte{
-	0x36, 0x1b, 0x10, 0x00, 0x07, 0x05, 0x10, 0x00, 0x02, 0x02, 0x08, 0x01, 0x00, 0x00, 0x00, 0x00,
-	0x04, 0x00, 0x60, 0xfe, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-	0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xf4, 0x1a, 0x00, 0x11,
-	0x00, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0x01, 0x00, 0x00,
-	0x11, 0x80, 0x40, 0x80, 0x00, 0x20, 0x00, 0x00, 0x00, 0x30, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-	0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-	0x01, 0x00, 0x03, 0x00, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-	0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-	0x10, 0x60, 0x02, 0x00, 0x20, 0x80, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x11, 0x04, 0x00, 0x00,
-	0x00, 0x00, 0x11, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-	0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x30, 0x00,
-}
-
-// configSpace is the 4 KiB extended configuration space of a PCI Express function.
-func configSpace() []byte {
-	space := make([]byte, 4096)
-	copy(space, configHeader)
-	return space
-}
-
-// uevent is the function's uevent file: the driver core's DRIVER line while a driver
-// is bound, then the PCI bus's variables (drivers/pci/pci-driver.c, pci_uevent).
-func uevent(bdf, driver string) string {
-	var b strings.Builder
-	if driver != "" {
-		fmt.Fprintf(&b, "DRIVER=%s\n", driver)
-	}
-	fmt.Fprintf(&b, "PCI_CLASS=%X\nPCI_ID=%04X:%04X\nPCI_SUBSYS_ID=%04X:%04X\nPCI_SLOT_NAME=%s\n",
-		classCode, VendorID, DeviceID, subsystemVendorID, subsystemDeviceID, bdf)
-	fmt.Fprintf(&b, "MODALIAS=%s\n", modalias())
-	return b.String()
-}
-
-func modalias() string {
-	return fmt.Sprintf("pci:v%08Xd%08Xsv%08Xsd%08Xbc%02Xsc%02Xi%02X", VendorID, DeviceID,
-		subsystemVendorID, subsystemDeviceID, classCode>>16, (classCode>>8)&0xff, classCode&0xff)
-}
-
-// attributes are the function's plain sysfs attributes.
-func attributes(c Controller) map[string]string {
-	return map[string]string{
-		"class": fmt.Sprintf("0x%06x\n", classCode), "vendor": fmt.Sprintf("0x%04x\n", VendorID),
-		"device": fmt.Sprintf("0x%04x\n", DeviceID), "revision": fmt.Sprintf("0x%02x\n", revision),
-		"subsystem_vendor": fmt.Sprintf("0x%04x\n", subsystemVendorID),
-		"subsystem_device": fmt.Sprintf("0x%04x\n", subsystemDeviceID),
-		"modalias":         modalias() + "\n",
-		"numa_node":        fmt.Sprintf("%d\n", c.NUMANode), "driver_override": "(null)\n",
-	}
-}
