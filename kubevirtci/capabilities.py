@@ -36,6 +36,8 @@ class Capability(StrEnum):
     DRIVER_DISRUPTION = "driver-disruption"
     DEVICE_TAINTS = "device-taints"  # resource.k8s.io/v1 DeviceTaintRule served (KEP-5055)
     TWO_DEVICES_PER_NODE = "two-devices-per-node"
+    # two of the driver's devices on one node share a NUMA node (resource.kubernetes.io/numaNode)
+    TWO_DEVICES_PER_NUMA_NODE = "two-devices-per-numa-node"
 
 
 @dataclass

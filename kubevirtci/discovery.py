@@ -3,6 +3,7 @@ recorded API responses can stand in for a cluster in the unit tests."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -14,6 +15,9 @@ from kubevirtci.releases import Release, release_for
 
 DRA_GATES = ("HostDevices", "HostDevicesWithDRA", "GPUsWithDRA")
 PERSISTENT_CLAIMS_GATE = "PersistentDRAClaims"
+# The standard attribute of a device's NUMA node (k8s.io/dynamic-resource-allocation
+# deviceattribute), which claims align devices of several drivers on.
+NUMA_NODE = "resource.kubernetes.io/numaNode"
 
 
 class ApiReader(Protocol):
@@ -34,6 +38,8 @@ class ClusterFacts:
     kubevirt_permits_host_devices: bool = False  # configuration.permittedHostDevices set
     drivers: dict[str, int] = field(default_factory=dict)  # driver -> device count
     devices_per_node: dict[str, dict[str, int]] = field(default_factory=dict)
+    # driver -> (node, NUMA node) -> its devices there (those with the NUMA_NODE attribute)
+    devices_per_numa_node: dict[str, Counter[tuple[str, str]]] = field(default_factory=dict)
     device_plugin_resources: dict[str, dict[str, str]] = field(default_factory=dict)
     nodes: list[str] = field(default_factory=list)
     # node -> the state of the profile's kubelet plugin pod there (plugin_pod_states)
@@ -117,6 +123,10 @@ def discover(api: ApiReader, plugin_pod_selector: str = "") -> ClusterFacts:
             node = spec.get("nodeName") or "(network)"
             per_node = facts.devices_per_node.setdefault(driver, {})
             per_node[node] = per_node.get(node, 0) + count
+            facts.devices_per_numa_node.setdefault(driver, Counter()).update(
+                (node, str(attributes[NUMA_NODE]))
+                for attributes in ((d.get("attributes") or {}) for d in spec.get("devices") or [])
+                if NUMA_NODE in attributes)
     if plugin_pod_selector:
         pods = (api.get(plugin_pods_path(plugin_pod_selector)) or {}).get("items", [])
         facts.plugin_pods = plugin_pod_states(pods)
@@ -185,7 +195,8 @@ def _driver_capabilities(facts: ClusterFacts, driver: str, caps: Capabilities) -
     """The driver under test is the subject, never a missing feature: one whose plugin is
     there and publishes no device is faulty (its tests fail); one that is not there at
     all stops the run (check_driver_present)."""
-    needs_devices = (Capability.DRA_DRIVER, Capability.TWO_DEVICES_PER_NODE)
+    needs_devices = (Capability.DRA_DRIVER, Capability.TWO_DEVICES_PER_NODE,
+                     Capability.TWO_DEVICES_PER_NUMA_NODE)
     if not caps.has(Capability.DRA_API):  # no slices to read: the API's reason says why
         for cap in needs_devices:
             caps.deny(cap, caps.reason_missing(Capability.DRA_API))
@@ -195,6 +206,12 @@ def _driver_capabilities(facts: ClusterFacts, driver: str, caps: Capabilities) -
             caps.grant(Capability.TWO_DEVICES_PER_NODE)
         else:
             caps.deny(Capability.TWO_DEVICES_PER_NODE, f"no node has two {driver} devices")
+        if max(facts.devices_per_numa_node.get(driver, Counter()).values(), default=0) >= 2:
+            caps.grant(Capability.TWO_DEVICES_PER_NUMA_NODE)
+        else:
+            caps.deny(Capability.TWO_DEVICES_PER_NUMA_NODE,
+                      f"no two {driver} devices of a node share a {NUMA_NODE}: its nodes are "
+                      "not NUMA machines (the hermetic cluster's are with --numa-nodes 2)")
     elif facts.plugin_pods or driver in facts.drivers:
         reason = (unpublished(driver, facts.plugin_pods) if facts.plugin_pods else
                   f"driver {driver} publishes no device: its ResourceSlices list none")

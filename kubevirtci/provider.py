@@ -31,7 +31,8 @@ NVME_PER_NODE = 3
 # functions bound to vfio-pci, and the DRA driver leaves alone what others bound.
 BIND_DEVICE_PLUGIN_NVME = (
     "for c in /sys/bus/pci/devices/*/nvme/nvme*; do "
-    f"[ \"$(cat $c/serial)\" = {DEVICE_PLUGIN_SERIAL} ] || continue; "
+    # the kernel pads the serial with spaces to the NVMe field's 20 characters
+    f"[ \"$(tr -d ' ' < $c/serial)\" = {DEVICE_PLUGIN_SERIAL} ] || continue; "
     "bdf=$(basename $(dirname $(dirname $c))); "
     "echo vfio-pci > /sys/bus/pci/devices/$bdf/driver_override; "
     "echo $bdf > /sys/bus/pci/devices/$bdf/driver/unbind; "

@@ -110,6 +110,8 @@ REQUIREMENTS: tuple[Requirement, ...] = (
                 Source.VEP_10, _O),
     Requirement("SHAPE-009", "One claim's requests reach one VM through gpus and "
                 "hostDevices, each by its own path.", Source.VEP_10, _O),
+    Requirement("SHAPE-010", "Two requests aligned on resource.kubernetes.io/numaNode by "
+                "matchAttribute give one VM two devices of one NUMA node.", Source.KEP_4381, _O),
     Requirement("ADMIT-001", "Each VEP-10 rule violation is rejected naming the field.",
                 Source.VEP_10),
     Requirement("ADMIT-002", "A claim on a missing DeviceClass leaves the VMI pending with "

@@ -9,8 +9,9 @@ the nvme and block classes, ``/dev`` nodes and what ``lspci``, ``lsblk`` and lib
 device driver show, at boot and after each step of the reference driver's bind sequence
 (to vfio-pci and back, step by step and through the driver's own ``pci.Binder``), hot
 removal, rescan and SR-IOV. The recording goes to
-``driver/emulation/sysfs/testdata/kernel-reference.json``, where the emulator's Go test
-holds the EMULATED tree against it.
+``driver/emulation/sysfs/reference/kernel-reference.json``: the EMULATED kernel shows each
+function as the recording shows it, in each driver state, and its Go test holds the
+EMULATED tree against the recording step by step.
 
     python scripts/kernel_reference.py [--out PATH]
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -28,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.commands import Runner, check, output  # noqa: E402
+from core.commands import Runner, check  # noqa: E402
 from core.errors import SuiteUsageError  # noqa: E402
 from core.log import log_to_stderr  # noqa: E402
 from core.timeouts import Timeout  # noqa: E402
@@ -46,9 +48,9 @@ RECIPE = debian.RootRecipe(
 )
 DISK_SIZE = "4G"  # sparse
 OUTPUT = ROOT / "_output" / "kernel-reference"
-DEFAULT_RECORDING = ROOT / "driver" / "emulation" / "sysfs" / "testdata" / "kernel-reference.json"
-# As kubevirtci's --nvme 1G --nvme 1G (and the hermetic nodes' default): serials nvme-<i>.
-NVME_SIZES = ("1G", "1G")
+DEFAULT_RECORDING = ROOT / "driver" / "emulation" / "sysfs" / "reference" / "kernel-reference.json"
+# As kubevirtci's --nvme 1G --nvme 1G: serials nvme-<i>, 1 GiB each.
+NVME_BYTES = (1 << 30, 1 << 30)
 GUEST_SCRIPT = """#!/bin/sh
 # The kernel reference's guest side: systemd runs it from the kernel command line and
 # powers off when it ends.
@@ -82,9 +84,9 @@ def vm_image(root: Path) -> tuple[Path, Path, Path]:
 def qemu_argv(kernel: Path, initrd: Path, disk: Path) -> list[str]:
     """A kubevirtci node's devices: NVMe on the root complex as its ``--nvme`` adds them,
     behind intel-iommu; an igb NIC (SR-IOV capable) behind a root port."""
-    mount = ("work:{out}:9p:trans=virtio,version=9p2000.L,msize=1048576,rw,"
+    mount = (f"work:{OUTPUT}:9p:trans=virtio,version=9p2000.L,msize=1048576,rw,"
              "x-systemd.before=kernel-command-line.service,"
-             "x-systemd.required-by=kernel-command-line.service").format(out=OUTPUT)
+             "x-systemd.required-by=kernel-command-line.service")
     append = " ".join(["console=ttyS0", "root=LABEL=kref-root", "rw", "panic=-1",
                        "intel_iommu=on", f"systemd.run={OUTPUT / 'guest.sh'}",
                        "systemd.run_success_action=poweroff",
@@ -98,17 +100,13 @@ def qemu_argv(kernel: Path, initrd: Path, disk: Path) -> list[str]:
             "-virtfs", f"local,path={OUTPUT},mount_tag=work,security_model=passthrough",
             "-device", "pcie-root-port,id=rp1,chassis=1",
             "-netdev", "user,id=n0,restrict=on", "-device", "igb,bus=rp1,netdev=n0"]
-    for i, size in enumerate(NVME_SIZES):
+    for i, size in enumerate(NVME_BYTES):
         media = OUTPUT / f"nvme-{i}.img"
         with media.open("wb") as f:
-            f.truncate(components_size(size))
+            f.truncate(size)  # sparse
         argv += ["-drive", f"format=raw,id=NVME{i},if=none,file={media}",
                  "-device", f"nvme,drive=NVME{i},serial=nvme-{i}"]
     return argv
-
-
-def components_size(size: str) -> int:
-    return int(size.rstrip("G")) << 30
 
 
 def in_root(root: Path, argv: list[str], timeout: Timeout, label: str) -> str:
@@ -140,7 +138,7 @@ def main() -> int:
     log.info("the recorder, built static from driver/cmd/kernel-reference")
     check(Runner().run(["go", "build", "-trimpath", "-o", OUTPUT / "kernel-reference",
                         "./cmd/kernel-reference"], Timeout.GO_BUILD,
-                       env={**__import__("os").environ, "CGO_ENABLED": "0"},
+                       env={**os.environ, "CGO_ENABLED": "0"},
                        cwd=components.DRIVER_DIR, label="go build"), "see the Go error above")
     root = debian.build_root(RECIPE)
     kernel, initrd, disk = vm_image(root)

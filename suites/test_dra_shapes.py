@@ -26,6 +26,7 @@ from fixtures.devices import PCI_BUS_ID, allocated_devices
 from fixtures.dra_checks import VmDevice, check_every_level
 from fixtures.launcher import metadata_dir, read_metadata_files
 from kubevirtci.capabilities import Capability
+from kubevirtci.discovery import NUMA_NODE
 
 pytestmark = [markers.device_info, markers.requires_running_vms, markers.dra_launcher,
               markers.vm_running, markers.requires(Capability.GUEST_ACCESS)]
@@ -119,6 +120,29 @@ def test_match_attribute_across_two_requests_gives_the_vm_two_matching_devices(
     vm = vms.running(kube, "vm", namespace)
     got = check_every_level(kube, reach, vm, devices, profile)
     assert got["nvme-a"][attribute] == got["nvme-b"][attribute], (attribute, got)
+
+
+@markers.devices(2)
+@markers.exclusive_devices
+@markers.requires(Capability.TWO_DEVICES_PER_NUMA_NODE)
+@markers.requirement("SHAPE-010")
+def test_two_requests_aligned_on_the_numa_node_give_the_vm_two_devices_of_that_node(
+    kube, objects, namespace, profile, reach
+):
+    """On NUMA machines, as the servers carrying GPUs and NVMe are: two requests of one
+    claim aligned on the standard NUMA attribute (as claims align devices of several
+    drivers) give the VM two devices of one NUMA node, each reaching the guest."""
+    objects.create(new_resource_claim(
+        "pair", with_request("first", profile.device_class),
+        with_request("second", profile.device_class),
+        with_match_attribute(NUMA_NODE, "first", "second")))
+    devices = [_device(profile, "nvme-a", "pair", "first"),
+               _device(profile, "nvme-b", "pair", "second")]
+    objects.create(_vm("vm", profile, [with_claim_reference("pair", "pair")], devices))
+    vm = vms.running(kube, "vm", namespace)
+    got = check_every_level(kube, reach, vm, devices, profile)
+    assert got["nvme-a"][PCI_BUS_ID] != got["nvme-b"][PCI_BUS_ID], got
+    assert got["nvme-a"][NUMA_NODE] == got["nvme-b"][NUMA_NODE], (NUMA_NODE, got)
 
 
 @markers.devices(2)

@@ -240,3 +240,32 @@ def test_the_virt_handler_panic_on_a_kubelet_restart_is_a_racy_bug_of_mixed_node
     assert bug.upstream == "kubevirt/kubevirt#18622" and bug.racy and bug.seen_by_signature
     # only where KubeVirt serves host device plugins (permittedHostDevices)
     assert release.bugs_on("kubelet_restart", False, k8s, "hostDevice") == []
+
+
+class _Slices:
+    """An API serving resource.k8s.io/v1 and these ResourceSlices only."""
+
+    def __init__(self, *slices):
+        self.slices = slices
+
+    def get(self, path):
+        return {"/apis/resource.k8s.io": {"versions": [{"version": "v1"}]},
+                "/apis/resource.k8s.io/v1/resourceslices": {"items": list(self.slices)}
+                }.get(path)
+
+
+def _slice(node, *numa_nodes):
+    return {"spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node},
+                     "devices": [{"name": f"d{i}", "attributes": {
+                         "resource.kubernetes.io/numaNode": {"int": n}}}
+                                 for i, n in enumerate(numa_nodes)]}}
+
+
+def test_two_devices_of_a_node_on_one_numa_node_are_a_capability():
+    aligned = capabilities_from(discover(_Slices(_slice("node01", 0, 1, 0))), DRIVER, DP)
+    assert aligned.has(Capability.TWO_DEVICES_PER_NUMA_NODE)
+    # one device per NUMA node on each node, however many nodes share the number
+    apart = capabilities_from(discover(_Slices(_slice("node01", 0, 1), _slice("node02", 0))),
+                              DRIVER, DP)
+    assert not apart.has(Capability.TWO_DEVICES_PER_NUMA_NODE)
+    assert "--numa-nodes" in apart.reason_missing(Capability.TWO_DEVICES_PER_NUMA_NODE)

@@ -11,6 +11,7 @@ import pytest
 import yaml
 from cryptography import x509
 
+from core.errors import SuiteUsageError
 from kubevirtci.capabilities import Capability
 from kubevirtci.local import cluster as cluster_module
 from kubevirtci.local import processes
@@ -262,3 +263,12 @@ def test_an_archive_names_its_images_by_the_digest_containerd_will_show(tmp_path
     with tarfile.open(docker_save, "w") as tar:
         tar.add(binary, "manifest.json")
     assert archive_images(docker_save) == {}
+
+
+def test_a_kept_cluster_keeps_its_numa_nodes_and_refuses_another_count(tmp_path):
+    layout = Layout(tmp_path)
+    assert LocalCluster(layout, numa_nodes=2).config().numa_nodes == 2
+    assert LocalCluster(layout).config().numa_nodes == 2  # nothing asked: the kept one's
+    with pytest.raises(SuiteUsageError, match="have 2 NUMA nodes, 0 asked for") as err:
+        LocalCluster(layout, numa_nodes=0).config()
+    assert "--numa-nodes 2" in str(err.value)

@@ -39,6 +39,11 @@ def test_environment_sets_options_and_the_command_line_wins(tmp_path):
         "existing", kubeconfig, True, "abc123", "from-cli")
 
 
+def test_numa_nodes_are_asked_of_the_hermetic_cluster_only_when_given():
+    assert options.resolve(FakeConfig(), env={}).numa_nodes is None  # a kept cluster's
+    assert options.resolve(FakeConfig(), env={"KDC_NUMA_NODES": "2"}).numa_nodes == 2
+
+
 def test_without_vms_skips_what_needs_a_running_vm_with_the_reason_and_keeps_kubevirt():
     caps = Capabilities(present={Capability.KUBEVIRT, Capability.RUNNING_VMS})
     reason = "nodes in a TCG VM"
@@ -73,6 +78,9 @@ def test_without_vms_builds_and_loads_no_guest_image_and_still_the_driver(tmp_pa
     ({"run_id": "not valid!"}, {}, "not a valid label value"),
     ({"provider": "existing", "in_cluster": True}, {}, "needs a pod's service account"),
     ({"in_cluster": True}, {}, "not provider 'local'"),
+    ({"numa_nodes": "two"}, {}, "not a count"),
+    ({"numa_nodes": "9"}, {}, "not a count"),
+    ({"provider": "kubevirtci", "numa_nodes": "2"}, {}, "nodes are what they are"),
 ])
 def test_bad_options_give_one_error_naming_the_fix(given, env, message):
     with pytest.raises(SuiteUsageError, match=message) as err:

@@ -20,6 +20,9 @@ def parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="build (cached) and start the cluster, or reuse it")
     up.add_argument("--nodes", type=int, default=2, help="kubevirtci runs two")
     up.add_argument("--nvme", action="append", help="emulated controller size (repeat)")
+    up.add_argument("--numa-nodes", type=int, default=None,
+                    help="make each node a NUMA machine of this many NUMA nodes (default: "
+                         "none, as QEMU's machines)")
     down = sub.add_parser("down", help="stop the cluster")
     down.add_argument("--force", action="store_true", help="also remove the state folder")
     sub.add_parser("status", help="nodes, processes and kubeconfig")
@@ -38,7 +41,8 @@ def parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> None:
     if args.command == "up":
-        cluster = LocalCluster(nodes=args.nodes, nvme=tuple(args.nvme or DEFAULT_NVME))
+        cluster = LocalCluster(nodes=args.nodes, nvme=tuple(args.nvme or DEFAULT_NVME),
+                               numa_nodes=args.numa_nodes)
         print(cluster.up())
         return
     cluster = LocalCluster()

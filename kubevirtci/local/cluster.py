@@ -55,10 +55,13 @@ def _certificates_read_on(node: HermeticNode) -> set[str]:
 
 class LocalCluster:
     def __init__(self, layout: Layout | None = None, nodes: int = 2,
-                 nvme: tuple[str, ...] = DEFAULT_NVME) -> None:
+                 nvme: tuple[str, ...] = DEFAULT_NVME, numa_nodes: int | None = None) -> None:
+        """``numa_nodes``: NUMA nodes of each node's machine (None: a kept cluster's, or
+        none for a new one)."""
         self.layout = layout or Layout()
         self.node_count = nodes
         self.nvme = list(nvme)
+        self.numa_nodes = numa_nodes
         self.supervisor = Supervisor(self.layout.pids, self.layout.logs)
         self.ca = CertificateAuthority(self.layout.pki)
         self.bins: dict[str, Path] = {}
@@ -68,10 +71,17 @@ class LocalCluster:
     def config(self) -> ClusterConfig:
         if self.layout.config_file.exists():
             try:
-                return ClusterConfig.load(self.layout.config_file)
+                config = ClusterConfig.load(self.layout.config_file)
             except (ValueError, TypeError, KeyError) as err:
                 raise SuiteUsageError(str(err), "run `kdc-cluster down --force` first") from err
-        config = ClusterConfig.new(self.node_count, self.nvme)
+            if self.numa_nodes is not None and self.numa_nodes != config.numa_nodes:
+                raise SuiteUsageError(
+                    f"the kept hermetic cluster's nodes have {config.numa_nodes} NUMA nodes, "
+                    f"{self.numa_nodes} asked for",
+                    f"run `tox -e cluster -- down` first, or ask for --numa-nodes "
+                    f"{config.numa_nodes}")
+            return config
+        config = ClusterConfig.new(self.node_count, self.nvme, self.numa_nodes or 0)
         self.layout.root.mkdir(parents=True, exist_ok=True)
         config.save(self.layout.config_file)
         return config
@@ -145,7 +155,8 @@ class LocalCluster:
         self.control_plane.start(config, creds)
         for node in self.nodes():
             self._prepare_node(node, config, creds)
-            log.info(f"booting {node.name} ({node.address.ip}): EMULATED NVMe {config.nvme}, "
+            numa = f" on {config.numa_nodes} NUMA nodes" if config.numa_nodes else ""
+            log.info(f"booting {node.name} ({node.address.ip}): EMULATED NVMe {config.nvme}{numa}, "
                      "containerd")
             node.boot()
             node.start_services()
@@ -215,8 +226,8 @@ class LocalCluster:
         (self.layout.node(node.name) / "containerd").mkdir(parents=True, exist_ok=True)
         emulation = self.layout.emulation(node.name)
         self.supervisor.start(ProcessSpec(f"emulated-nvme-{node.name}", [
-            str(self.bins["nvme-sysfs-emulator"]), f"--root={emulation / 'sys'}",
-            f"--dev-root={emulation / 'dev'}", f"--device-state={emulation / 'devices'}",
+            str(self.bins["nvme-sysfs-emulator"]), f"--root={emulation}",
+            f"--device-state={emulation / 'devices'}", f"--numa-nodes={config.numa_nodes}",
             *[f"--nvme={size}" for size in config.nvme],
         ]))
         self._await(f"emulated-nvme-{node.name}", (emulation / "dev" / "vfio").is_dir,

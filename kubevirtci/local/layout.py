@@ -32,11 +32,12 @@ class ClusterConfig:
     nodes: list[str]  # kubevirtci's names: node01, node02, ...
     nvme: list[str]  # kubevirtci-style sizes, one controller each
     apiserver: int  # host loopback port published for users (see port_forward)
+    numa_nodes: int = 0  # NUMA nodes of each node's EMULATED machine (0: none)
 
     @classmethod
-    def new(cls, node_count: int, nvme: list[str]) -> ClusterConfig:
+    def new(cls, node_count: int, nvme: list[str], numa_nodes: int = 0) -> ClusterConfig:
         return cls(nodes=[n.name for n in node_addresses(node_count)], nvme=nvme,
-                   apiserver=free_port())
+                   apiserver=free_port(), numa_nodes=numa_nodes)
 
     def addresses(self) -> list[NodeAddress]:
         return node_addresses(len(self.nodes))
@@ -47,7 +48,7 @@ class ClusterConfig:
     @classmethod
     def load(cls, path: Path) -> ClusterConfig:
         data = json.loads(path.read_text())
-        known = {"nodes", "nvme", "apiserver"}
+        known = {"nodes", "nvme", "apiserver", "numa_nodes"}
         if set(data) != known:
             raise ValueError(f"{path} is from another version of the hermetic cluster")
         return cls(**data)

@@ -9,11 +9,17 @@ and go away with it. The node's
 root is an overlay of the host's root filesystem (the programs) with a writable layer of
 its own, so ``/etc``, ``/var/lib`` and ``/usr/local/bin`` are the node's. On top: its own
 ``/proc`` (its PID namespace), ``/sys`` (its network namespace), ``/run``, ``/tmp`` and
-``/dev`` (no ``/dev/kvm``: the host's KVM cannot boot a stock kernel). The EMULATED PCI
-tree (``/sys/bus/pci``, ``/sys/devices/pci0000:00``, ``/sys/kernel/iommu_groups``) and
-``/dev/vfio`` come from the node's emulation folder, and so does each function's state
-(``/var/lib/kdc-emulated-pci``); ``/var/lib/containerd`` is a plain
-folder, because containerd's overlay snapshotter cannot work on an overlay.
+``/dev`` (no ``/dev/kvm``: the host's KVM cannot boot a stock kernel). The EMULATED
+kernel's view of the node's NVMe controllers comes from the node's emulation folder,
+where the emulator keeps it live: ``/sys/bus/pci``, ``/sys/devices/pci0000:00``,
+``/sys/kernel/iommu_groups`` and ``/sys/block`` are the emulation's; ``/sys/class``,
+``/sys/devices/virtual`` and ``/sys/dev/{block,char}`` are the emulation's folders (nvme,
+block, vfio classes, nvme subsystems, vfio groups, device numbers) with each of the
+kernel's own entries added; ``/dev``
+is the emulation's (its nvme, ng, vfio nodes and disk links) with the host's devices
+added; and each function's state (``/var/lib/kdc-emulated-pci``) is there too.
+``/var/lib/containerd`` is a plain folder, because containerd's overlay snapshotter
+cannot work on an overlay.
 
 Standalone on purpose (standard library only): it runs before the node has a root.
 """
@@ -33,7 +39,10 @@ from pathlib import Path
 # the kubelet and KubeVirt's launcher use). Never kvm.
 HOST_DEVICES = ("null", "zero", "full", "random", "urandom", "tty", "kmsg", "fuse",
                 "net/tun", "vhost-net", "loop-control")
-EMULATED_SYSFS = ("bus/pci", "devices/pci0000:00", "kernel/iommu_groups")
+EMULATED_SYSFS = ("bus/pci", "devices/pci0000:00", "kernel/iommu_groups", "block")
+# Folders partly the kernel's, partly EMULATED: the emulation's, with the kernel's
+# entries (those the emulation does not have) bound into them.
+MERGED_SYSFS = ("class", "devices/virtual", "dev/block", "dev/char")
 EMULATED_DEVICE_STATE = "/var/lib/kdc-emulated-pci"  # sysfs.DeviceStateRoot (driver/emulation)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 MOUNTINFO = Path("/proc/self/mountinfo")
@@ -43,6 +52,7 @@ CLONE_NEWPID, CLONE_NEWCGROUP = 0x20000000, 0x02000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC = 0x400, 0x800, 0x1000, 0x4000
 MS_PRIVATE, MS_SHARED, MS_RELATIME, MS_STRICTATIME = 0x40000, 0x100000, 0x200000, 0x1000000
+MS_REMOUNT = 0x20
 MNT_DETACH = 0x2
 MOUNT_FLAG_OPTIONS = {"ro": MS_RDONLY, "rw": 0, "nosuid": MS_NOSUID, "nodev": MS_NODEV,
                       "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
@@ -171,25 +181,51 @@ def bind(source: Path, target: Path, recursive: bool = False) -> None:
 
 
 def build_dev(dev: Path, emulation: Path) -> None:
-    mount(dev, "tmpfs", options="mode=755,nosuid")
+    """The emulation's /dev (its nodes come and go with the drivers bound), with the
+    host's devices and the usual mounts and links added (kept from a previous boot)."""
+    bind(emulation / "dev", dev)
+    mount(dev, flags=MS_REMOUNT | MS_BIND | MS_NOSUID)
     for name in HOST_DEVICES:
-        host = Path("/dev") / name
-        if not host.exists():
+        host, target = Path("/dev") / name, dev / name
+        if not host.exists() or target.exists():
             continue
         info = host.stat()
-        target = dev / name
         target.parent.mkdir(parents=True, exist_ok=True)
         os.mknod(target, stat.S_IFCHR | stat.S_IMODE(info.st_mode), info.st_rdev)
-    (dev / "pts").mkdir()
+    (dev / "pts").mkdir(exist_ok=True)
     mount(dev / "pts", "devpts", options="newinstance,ptmxmode=0666,mode=620,gid=5")
-    os.symlink("pts/ptmx", dev / "ptmx")
+    links = {"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+             "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"}
+    for name, target in links.items():
+        if not (dev / name).is_symlink():
+            os.symlink(target, dev / name)
     for name, fs in (("shm", "tmpfs"), ("mqueue", "mqueue")):
-        (dev / name).mkdir()
+        (dev / name).mkdir(exist_ok=True)
         mount(dev / name, fs, options="nosuid,nodev")
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
-        os.symlink(target, dev / name)
-    bind(emulation / "dev" / "vfio", dev / "vfio")
+
+
+def merge_sysfs(kernel: Path, emulated: Path) -> None:
+    """Show ``emulated`` at ``kernel``, with each entry of the kernel's folder that the
+    emulation lacks added: a folder bound into it (in this mount namespace only: the
+    emulator's view of its folder is untouched), a link copied. The entries added are
+    listed beside, so that a later boot tells them from the emulation's own (an empty
+    folder may be either)."""
+    emulated.mkdir(parents=True, exist_ok=True)
+    listed = emulated.with_name(emulated.name + ".kernel-entries")
+    added = set(listed.read_text().split()) if listed.exists() else set()
+    for entry in sorted(kernel.iterdir()):
+        own = emulated / entry.name
+        if entry.name not in added and (own.exists() or own.is_symlink()):
+            continue  # the emulation's own
+        added.add(entry.name)
+        if entry.is_symlink():
+            if own.is_symlink():
+                own.unlink()
+            os.symlink(os.readlink(entry), own)
+        else:
+            bind(entry, own)
+    listed.write_text("".join(f"{name}\n" for name in sorted(added)))
+    bind(emulated, kernel, recursive=True)
 
 
 def build_root(node_dir: Path, emulation: Path) -> Path:
@@ -204,7 +240,10 @@ def build_root(node_dir: Path, emulation: Path) -> Path:
     mount(root / "sys", "sysfs")
     mount_cgroups(root)
     for part in EMULATED_SYSFS:
+        (emulation / "sys" / part).mkdir(parents=True, exist_ok=True)
         bind(emulation / "sys" / part, root / "sys" / part)
+    for part in MERGED_SYSFS:
+        merge_sysfs(root / "sys" / part, emulation / "sys" / part)
     build_dev(root / "dev", emulation)
     # Each function's own state (identity, media), which nri-emulated-pci shows the
     # containers holding its VFIO group.

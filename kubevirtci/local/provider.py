@@ -17,12 +17,13 @@ from kubevirtci.provider import BIND_DEVICE_PLUGIN_NVME, Node, Provider
 
 COMPONENT_LOG_BYTES = 1 << 20  # the last MiB of each: the time around a failure
 EMULATION_NOTE = (
-    "NVMe controllers are EMULATED on the hermetic cluster: each node's /sys/bus/pci, "
-    "/sys/devices/pci0000:00 and /sys/kernel/iommu_groups are a tree of its own "
-    "(1b36:0010, serial nvme-<i>), /dev/vfio nodes carry numbers of their own as the kernel "
-    "gives them (10:196, a free dynamic major per group) with no driver behind them, and a "
-    "kernel stand-in binds drivers (driver/emulation); this host has no PCI bus, IOMMU or "
-    "VFIO"
+    "NVMe controllers are EMULATED on the hermetic cluster: each node's kernel view of them "
+    "(the PCI function, its IOMMU group, the nvme, block and vfio classes, /sys/dev, and "
+    "/dev nodes) is what a real kernel showed in each driver state, as recorded "
+    "(driver/emulation/sysfs/reference, tox -e kernel-reference) with each controller's "
+    "identity (1b36:0010, serial nvme-<i>); device nodes carry numbers no driver of this "
+    "host answers to, and a kernel stand-in binds drivers (driver/emulation); this host has "
+    "no PCI bus, IOMMU or VFIO"
 )
 VFIO_HOP_NOTE = (
     "The VFIO hop is EMULATED: libvirt, KubeVirt and QEMU are real and check the emulated "

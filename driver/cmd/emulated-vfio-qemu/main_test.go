@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kubevirt-dra-conformance/driver/emulation/sysfs"
+	"github.com/kubevirt-dra-conformance/driver/emulation/sysfs/sysfstest"
 )
 
 const bdf = "0000:00:05.0"
@@ -15,29 +16,24 @@ const bdf = "0000:00:05.0"
 // fixture is a node's view with one NVMe controller bound to vfio-pci.
 func fixture(t *testing.T) host {
 	t.Helper()
-	root := t.TempDir()
-	h := host{filepath.Join(root, "sys"), filepath.Join(root, "dev"), filepath.Join(root, "state")}
 	controller := sysfs.KubevirtciControllers([]int64{1 << 20})[0]
-	if err := sysfs.Build(h.sysfs, []sysfs.Controller{controller}); err != nil {
-		t.Fatal(err)
-	}
+	root := sysfstest.Build(t, []sysfs.Controller{controller})
+	h := host{filepath.Join(root, sysfs.SysDir), filepath.Join(root, sysfs.DevDir), filepath.Join(root, "state")}
 	if err := sysfs.WriteDeviceState(h.deviceState, controller); err != nil {
 		t.Fatal(err)
 	}
-	driver := filepath.Join(h.sysfs, "bus/pci/devices", bdf, "driver")
-	if err := os.Remove(driver); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("../../../bus/pci/drivers/vfio-pci", driver); err != nil {
-		t.Fatal(err)
-	}
-	for _, node := range []string{"vfio", "10"} {
-		if err := os.MkdirAll(filepath.Join(h.dev, "vfio"), 0o755); err != nil {
+	dev := filepath.Join(h.sysfs, "bus/pci/devices", bdf)
+	for path, value := range map[string]string{
+		filepath.Join(dev, "driver_override"):                 "vfio-pci",
+		filepath.Join(h.sysfs, "bus/pci/drivers/nvme/unbind"): bdf,
+		filepath.Join(h.sysfs, "bus/pci/drivers_probe"):       bdf,
+	} {
+		if err := os.WriteFile(path, []byte(value), 0); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(h.dev, "vfio", node), nil, 0o666); err != nil {
-			t.Fatal(err)
-		}
+	}
+	if err := (sysfs.Kernel{Root: root}).Step(); err != nil {
+		t.Fatal(err)
 	}
 	return h
 }

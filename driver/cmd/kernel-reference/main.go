@@ -71,7 +71,8 @@ func run(out, provenanceFile string) error {
 	bdf := nvme[0].BDF
 	dev := sys.DevicePath(bdf)
 	write := func(name, path, value string) kerneltree.Step {
-		step := kerneltree.Step{Name: name, Did: fmt.Sprintf("wrote %q to %s", value, path)}
+		step := kerneltree.Step{Name: name, Did: fmt.Sprintf("wrote %q to %s", value, path),
+			Write: &kerneltree.Write{Path: path, Value: value}}
 		if err := os.WriteFile(path, []byte(value), 0); err != nil {
 			step.Error = err.Error()
 		}
@@ -118,9 +119,10 @@ func run(out, provenanceFile string) error {
 
 func driverCall(name, bdf, driver string) kerneltree.Step {
 	binder := pci.Binder{Sysfs: pci.Sysfs{Root: "/sys"}, Settle: 10 * time.Second}
-	step := kerneltree.Step{Name: name}
+	restore := driver == "nvme"
+	step := kerneltree.Step{Name: name, Call: &kerneltree.Call{BDF: bdf, Driver: driver, Restore: restore}}
 	var err error
-	if driver == "nvme" {
+	if restore {
 		step.Did = fmt.Sprintf("pci.Binder.Restore(%s, nvme)", bdf)
 		err = binder.Restore(bdf, driver)
 	} else {
@@ -172,33 +174,13 @@ func (r *recorder) functions() map[string][]string {
 	return out
 }
 
-// patterns are what a snapshot holds: each function (its link on the bus, its device
-// folder, its IOMMU group), the drivers involved, the nvme, block and vfio classes, the
-// device nodes, and /proc/devices (which numbers the kernel gave which driver).
+// patterns are what a snapshot holds: every function recorded, and what goes with it.
 func (r *recorder) patterns() []string {
-	patterns := []string{
-		"sys/bus/pci/drivers/nvme", "sys/bus/pci/drivers/vfio-pci", "sys/bus/pci/drivers/igb",
-		"sys/bus/pci/drivers/igbvf", "sys/bus/pci/drivers_probe", "sys/bus/pci/drivers_autoprobe",
-		"sys/bus/pci/rescan", "sys/class/nvme", "sys/class/nvme-subsystem", "sys/class/nvme-generic",
-		"sys/block/nvme*", "sys/class/block/nvme*", "sys/devices/virtual/nvme-subsystem",
-		"sys/devices/virtual/vfio", "sys/class/vfio", "sys/class/vfio-dev",
-		"dev/nvme*", "dev/ng*", "dev/vfio", "dev/disk/by-id/nvme-*", "proc/devices",
+	var bdfs []string
+	for _, functions := range r.functions() {
+		bdfs = append(bdfs, functions...)
 	}
-	for _, bdfs := range r.functions() {
-		for _, bdf := range bdfs {
-			link := filepath.Join("sys/bus/pci/devices", bdf)
-			patterns = append(patterns, link)
-			if real, err := filepath.EvalSymlinks(filepath.Join(r.root, link)); err == nil {
-				rel, _ := filepath.Rel(r.root, real)
-				patterns = append(patterns, rel)
-				if group, err := filepath.EvalSymlinks(filepath.Join(real, "iommu_group")); err == nil {
-					rel, _ := filepath.Rel(r.root, group)
-					patterns = append(patterns, rel)
-				}
-			}
-		}
-	}
-	return patterns
+	return kerneltree.Patterns(r.root, bdfs)
 }
 
 // capture takes a snapshot and the real tools' outputs that changed since the last one.

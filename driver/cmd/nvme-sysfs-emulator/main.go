@@ -1,7 +1,7 @@
 // Command nvme-sysfs-emulator is an EMULATION for hosts without a PCI bus: it builds a
-// sysfs tree of QEMU-like NVMe controllers (as kubevirtci's --nvme adds them), their
-// device state (identity and media, see sysfs.WriteDeviceState) and /dev/vfio nodes,
-// then plays the kernel's part in driver binding.
+// machine root (sys/, dev/) showing QEMU-like NVMe controllers (as kubevirtci's --nvme
+// adds them) as a real kernel shows them (emulation/sysfs), their device state (identity
+// and media, see sysfs.WriteDeviceState), then plays the kernel's part in driver binding.
 package main
 
 import (
@@ -10,12 +10,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 
-	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 
@@ -42,22 +39,28 @@ func (s *sizes) Set(v string) error {
 
 func main() {
 	var nvme sizes
-	root := flag.String("root", "", "where the emulated sysfs tree goes")
-	devRoot := flag.String("dev-root", "", "where the emulated /dev/vfio nodes go")
+	root := flag.String("root", "", "the machine root: its sysfs tree goes in sys/, its /dev in dev/")
 	state := flag.String("device-state", "", "where each controller's own state (serial, model, persistent media) goes")
-	once := flag.Bool("build-only", false, "build the tree and exit")
+	numaNodes := flag.Int("numa-nodes", 0, "NUMA nodes the machine has (0: none, as QEMU's machines by default); controllers are spread over them in turn, in slot order")
+	once := flag.Bool("build-only", false, "build the machine and exit")
 	flag.Var(&nvme, "nvme", "add an NVMe controller of this size (repeat, like kubevirtci --nvme)")
 	flag.Parse()
-	if *root == "" || *devRoot == "" || *state == "" || len(nvme) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: nvme-sysfs-emulator --root DIR --dev-root DIR --device-state DIR --nvme 1G [--nvme 1G ...]")
+	if *root == "" || *state == "" || len(nvme) == 0 || *numaNodes < 0 || *numaNodes > len(nvme) {
+		fmt.Fprintln(os.Stderr, "usage: nvme-sysfs-emulator --root DIR --device-state DIR [--numa-nodes N (at most one per controller)] --nvme 1G [--nvme 1G ...]")
 		os.Exit(2)
 	}
 	controllers := sysfs.KubevirtciControllers(nvme)
-	if err := setUp(*root, *devRoot, *state, controllers); err != nil {
-		klog.ErrorS(err, "EMULATION: building the NVMe tree failed")
+	for i := range controllers {
+		if *numaNodes > 0 {
+			controllers[i].NUMANode = i % *numaNodes
+		}
+	}
+	if err := setUp(*root, *state, controllers); err != nil {
+		klog.ErrorS(err, "EMULATION: building the NVMe machine failed")
 		os.Exit(1)
 	}
-	klog.InfoS("EMULATION: NVMe sysfs tree ready", "root", *root, "controllers", len(controllers))
+	klog.InfoS("EMULATION: NVMe controllers shown as the recorded kernel shows them", "root", *root,
+		"controllers", len(controllers), "numaNodes", *numaNodes)
 	if *once {
 		return
 	}
@@ -69,9 +72,23 @@ func main() {
 	}
 }
 
-func setUp(root, devRoot, state string, controllers []sysfs.Controller) error {
-	if _, err := os.Stat(filepath.Join(root, "bus/pci/devices")); os.IsNotExist(err) {
-		if err := sysfs.Build(root, controllers); err != nil {
+// setUp builds the machine unless an earlier run did (its state is kept across a
+// restart, as hardware's), and each controller's device state.
+func setUp(root, state string, controllers []sysfs.Controller) error {
+	if !sysfs.Built(root) {
+		devices, err := os.ReadFile("/proc/devices")
+		if err != nil {
+			return err
+		}
+		online, err := os.ReadFile("/sys/devices/system/cpu/online")
+		if err != nil {
+			return err
+		}
+		cpus, err := sysfs.OnlineCPUs(string(online))
+		if err != nil {
+			return err
+		}
+		if err := sysfs.Build(root, controllers, string(devices), cpus); err != nil {
 			return err
 		}
 	}
@@ -80,44 +97,5 @@ func setUp(root, devRoot, state string, controllers []sysfs.Controller) error {
 			return err
 		}
 	}
-	devices, err := os.ReadFile("/proc/devices")
-	if err != nil {
-		return err
-	}
-	groupMajor, err := sysfs.FreeDynamicMajor(string(devices))
-	if err != nil {
-		return err
-	}
-	// Numbers of their own, as the kernel gives them: the container (misc 10:196) and
-	// each group a minor of the vfio driver's dynamic major. No driver is behind them
-	// here, so nothing may open them; only the EMULATED QEMU front would, and it knows.
-	if err := charDevice(filepath.Join(devRoot, "vfio", "vfio"), sysfs.MiscMajor, sysfs.VFIOMinor); err != nil {
-		return err
-	}
-	for _, c := range controllers {
-		if err := charDevice(filepath.Join(devRoot, "vfio", strconv.Itoa(c.IOMMUGroup)), groupMajor, uint32(c.IOMMUGroup)); err != nil {
-			return err
-		}
-	}
-	klog.InfoS("EMULATION: /dev/vfio nodes made with no driver behind them", "container", fmt.Sprintf("%d:%d", sysfs.MiscMajor, sysfs.VFIOMinor), "groupMajor", groupMajor)
 	return nil
-}
-
-// charDevice makes (or remakes, when an earlier emulator gave it other numbers) a
-// character node major:minor: the container runtime sees a real device node.
-func charDevice(path string, major, minor uint32) error {
-	want := unix.Mkdev(major, minor)
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err == nil {
-		if st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == want {
-			return nil
-		}
-		if err := os.Remove(path); err != nil {
-			return err
-		}
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return unix.Mknod(path, unix.S_IFCHR|0o666, int(want))
 }

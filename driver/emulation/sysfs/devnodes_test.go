@@ -22,12 +22,21 @@ const procDevices = `Character devices:
 Block devices:
   7 loop
 244 zram
+253 virtblk
+254 mdp
 `
 
-func TestTheNextDynamicMajorIsTheHighestFreeCharacterMajor(t *testing.T) {
-	major, err := FreeDynamicMajor(procDevices)
-	if err != nil || major != 244 {
-		t.Fatalf("got %d, %v; want 244 (a block major of the same number does not count)", major, err)
+// Each kind gets the next free dynamic major, as drivers registering one after another
+// would; a block major of the same number does not count against a character one.
+func TestEachKindGetsTheNextFreeDynamicMajor(t *testing.T) {
+	majors, err := FreeMajors(procDevices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for kind, want := range map[string]uint32{"nvme": 244, "generic": 243, "vfio": 242, "block": 252} {
+		if majors[kind] != want {
+			t.Errorf("%s: major %d, want %d", kind, majors[kind], want)
+		}
 	}
 }
 
@@ -36,8 +45,8 @@ func TestTheExtendedDynamicRangeIsUsedWhenTheFirstIsFull(t *testing.T) {
 	for major := 234; major <= 254; major++ {
 		devices += " " + strconv.Itoa(major) + " x\n"
 	}
-	major, err := FreeDynamicMajor(devices)
-	if err != nil || major != 511 {
-		t.Fatalf("got %d, %v; want 511", major, err)
+	majors, err := FreeMajors(devices)
+	if err != nil || majors["nvme"] != 511 || majors["vfio"] != 509 {
+		t.Fatalf("got %v, %v; want 511 for nvme, 509 for vfio", majors, err)
 	}
 }

@@ -2,28 +2,34 @@ package sysfs
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 
-	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
+
+	"github.com/kubevirt-dra-conformance/driver/emulation/kerneltree"
 )
 
 // Kernel is the EMULATED kernel side of driver binding and hot removal: it reacts to
 // writes to driver_override, drivers/<drv>/unbind, drivers/<drv>/bind, drivers_probe,
 // a device's remove and the bus's rescan as Linux does
-// (Documentation/ABI/testing/sysfs-bus-pci).
+// (Documentation/ABI/testing/sysfs-bus-pci), and shows the result as the kernel
+// recording shows each driver state.
 type Kernel struct {
-	Root string
+	Root string // the machine root Build made: Root/sys, Root/dev
 }
 
-var knownDrivers = []string{"nvme", "vfio-pci"}
+var knownDrivers = []string{boundNVMe, boundVFIO}
 
-func (k Kernel) stash(bdf string) string { return filepath.Join(k.Root, ".emulation", bdf, "nvme") }
-
-func (k Kernel) device(bdf string) string { return filepath.Join(k.Root, "bus/pci/devices", bdf) }
+func (k Kernel) sys(parts ...string) string {
+	return filepath.Join(append([]string{k.Root, SysDir}, parts...)...)
+}
 
 // takeRequest reads a write-only attribute and clears it, returning what was written.
 func takeRequest(path string) string {
@@ -31,146 +37,230 @@ func takeRequest(path string) string {
 	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
 		return ""
 	}
-	_ = os.WriteFile(path, nil, 0o644)
+	_ = os.WriteFile(path, nil, 0o200)
 	return strings.TrimSpace(string(b))
 }
 
-func (k Kernel) unbind(bdf string) {
-	dev := k.device(bdf)
-	target, err := os.Readlink(filepath.Join(dev, "driver"))
-	if err != nil {
-		return
-	}
-	if filepath.Base(target) == "nvme" {
-		// The nvme driver's class device goes away with the binding.
-		_ = os.MkdirAll(filepath.Dir(k.stash(bdf)), 0o755)
-		_ = os.RemoveAll(k.stash(bdf))
-		_ = os.Rename(filepath.Join(dev, "nvme"), k.stash(bdf))
-	}
-	_ = os.Remove(filepath.Join(dev, "driver"))
-	_ = os.WriteFile(filepath.Join(dev, "uevent"), []byte(uevent(bdf, "")), 0o644)
-}
-
-func (k Kernel) bind(bdf, drv string) {
-	dev := k.device(bdf)
-	if _, err := os.Lstat(filepath.Join(dev, "driver")); err == nil {
-		return // already bound: the kernel refuses a second driver
-	}
-	override := readOverride(dev)
-	if override != "" && override != drv {
-		return // driver_override restricts which driver may bind
-	}
-	_ = os.Symlink("../../../bus/pci/drivers/"+drv, filepath.Join(dev, "driver"))
-	_ = os.WriteFile(filepath.Join(dev, "uevent"), []byte(uevent(bdf, drv)), 0o644)
-	if drv == "nvme" {
-		_ = os.Rename(k.stash(bdf), filepath.Join(dev, "nvme"))
-	}
-}
-
-// removed is where a function taken off the bus waits in its slot for a rescan.
-func (k Kernel) removed(bdf string) string {
-	return filepath.Join(k.Root, ".emulation", "removed", bdf)
-}
-
-// remove takes the function off the bus: its driver lets go of it, and its device
-// folder and every link to it go. The hardware stays in its slot, for a rescan.
-func (k Kernel) remove(bdf string) {
-	dev, err := filepath.EvalSymlinks(k.device(bdf))
-	if err != nil {
-		return
-	}
-	k.unbind(bdf)
-	if group, err := filepath.EvalSymlinks(filepath.Join(dev, "iommu_group")); err == nil {
-		_ = os.Remove(filepath.Join(group, "devices", bdf))
-	}
-	_ = os.Remove(k.device(bdf))
-	_ = os.MkdirAll(filepath.Dir(k.removed(bdf)), 0o755)
-	_ = os.RemoveAll(k.removed(bdf))
-	_ = os.Rename(dev, k.removed(bdf))
-}
-
-// rescan finds every removed function in its slot again, as a write of 1 to
-// bus/pci/rescan does: each comes back in its IOMMU group, without a driver_override (a
-// new pci_dev has none), probed by its native driver.
-func (k Kernel) rescan() {
-	slots, _ := os.ReadDir(filepath.Join(k.Root, ".emulation", "removed"))
-	for _, slot := range slots {
-		bdf := slot.Name()
-		dev := filepath.Join(k.Root, "devices/pci0000:00", bdf)
-		if err := os.Rename(k.removed(bdf), dev); err != nil {
-			continue
-		}
-		_ = os.Symlink("../../../devices/pci0000:00/"+bdf, k.device(bdf))
-		if group, err := filepath.EvalSymlinks(filepath.Join(dev, "iommu_group")); err == nil {
-			_ = os.Symlink("../../../../devices/pci0000:00/"+bdf, filepath.Join(group, "devices", bdf))
-		}
-		_ = os.WriteFile(filepath.Join(dev, "driver_override"), []byte("(null)\n"), 0o644)
-		k.bind(bdf, "nvme")
-	}
-}
-
-func readOverride(dev string) string {
-	b, _ := os.ReadFile(filepath.Join(dev, "driver_override"))
-	// Writing "\n" clears the override; the kernel then shows "(null)".
-	v := strings.TrimSpace(string(b))
-	if v == "(null)" {
-		return ""
-	}
-	return v
-}
-
-// Step handles every pending write once, in the order the kernel would have: a writer
-// unbinds before it probes, so a probe seen here is applied after the unbinds that
-// preceded it (the kernel handles each write synchronously; this stand-in wakes on it).
-func (k Kernel) Step() {
-	probe := takeRequest(filepath.Join(k.Root, "bus/pci/drivers_probe"))
-	for _, drv := range knownDrivers {
-		if bdf := takeRequest(filepath.Join(k.Root, "bus/pci/drivers", drv, "unbind")); bdf != "" {
-			k.unbind(bdf)
-		}
-		if bdf := takeRequest(filepath.Join(k.Root, "bus/pci/drivers", drv, "bind")); bdf != "" {
-			k.bind(bdf, drv)
-		}
-	}
-	devices, _ := os.ReadDir(filepath.Join(k.Root, "bus/pci/devices"))
-	for _, dev := range devices {
-		if takeRequest(filepath.Join(k.device(dev.Name()), "remove")) == "1" {
-			k.remove(dev.Name())
-		}
-	}
-	if takeRequest(filepath.Join(k.Root, "bus/pci/rescan")) == "1" {
-		k.rescan()
-	}
-	if probe != "" {
-		drv := readOverride(k.device(probe))
-		if drv == "" {
-			drv = "nvme" // the native driver of class 0x010802
-		}
-		k.bind(probe, drv)
-	}
-}
-
-// requestFolders hold every attribute a writer may write a request to: the bus's
-// drivers_probe and rescan, each driver's bind and unbind, each function's remove.
-func (k Kernel) requestFolders() []string {
-	folders := []string{filepath.Join(k.Root, "bus/pci")}
-	for _, drv := range knownDrivers {
-		folders = append(folders, filepath.Join(k.Root, "bus/pci/drivers", drv))
-	}
-	functions, _ := filepath.Glob(filepath.Join(k.Root, "devices/pci0000:00/*"))
-	return append(folders, functions...)
-}
-
-// watch watches every request folder there is now. A function's folder loses its watch
-// when it moves (remove takes it off the bus, rescan brings it back), so this runs
-// before every step; watching a folder already watched changes nothing.
-func (k Kernel) watch(watcher *fsnotify.Watcher) error {
-	for _, folder := range k.requestFolders() {
-		if err := watcher.Add(folder); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("EMULATION: watching %s: %w", folder, err)
+func (m *machine) function(bdf string) *function {
+	for _, fn := range m.Functions {
+		if fn.BDF() == bdf && fn.Present {
+			return fn
 		}
 	}
 	return nil
+}
+
+// matches says whether the driver may take the function: driver_override names the
+// one driver that may; without it, nvme matches the class and vfio-pci (no ID table
+// of its own) matches nothing.
+func matches(fn *function, driver string) bool {
+	if fn.Override != "" {
+		return fn.Override == driver
+	}
+	return driver == boundNVMe
+}
+
+// Step handles every pending write once, in the order the kernel would have: a writer
+// sets driver_override and unbinds before it probes, so a probe seen here is applied
+// after the unbinds that preceded it (the kernel handles each write synchronously; this
+// stand-in wakes on it).
+func (k Kernel) Step() error {
+	m, err := loadMachine(k.Root)
+	if err != nil {
+		return err
+	}
+	t, err := LoadTemplate()
+	if err != nil {
+		return err
+	}
+	before := m.render(t)
+	k.readOverrides(m)
+	probe := takeRequest(k.sys("bus/pci/drivers_probe"))
+	for _, drv := range knownDrivers {
+		if fn := m.function(takeRequest(k.sys("bus/pci/drivers", drv, "unbind"))); fn != nil && fn.Driver == drv {
+			m.bind(fn, unbound)
+		}
+		if fn := m.function(takeRequest(k.sys("bus/pci/drivers", drv, "bind"))); fn != nil && fn.Driver == unbound && matches(fn, drv) {
+			m.bind(fn, drv)
+		}
+	}
+	for _, fn := range m.Functions {
+		if fn.Present && takeRequest(k.sys("bus/pci/devices", fn.BDF(), "remove")) == "1" {
+			// The driver lets go first; a new pci_dev, found by a rescan, has no override.
+			m.bind(fn, unbound)
+			fn.Present, fn.Override = false, ""
+		}
+	}
+	if takeRequest(k.sys("bus/pci/rescan")) == "1" {
+		for _, fn := range m.Functions {
+			if !fn.Present {
+				fn.Present = true
+				m.bind(fn, boundNVMe) // probed by its native driver
+			}
+		}
+	}
+	if fn := m.function(probe); fn != nil && fn.Driver == unbound {
+		for _, drv := range knownDrivers {
+			if matches(fn, drv) {
+				m.bind(fn, drv)
+				break
+			}
+		}
+	}
+	change := kerneltree.Diff(before, m.render(t))
+	for p := range change.Changed {
+		// The writer's own: a plain file cannot show the kernel's form of what was
+		// written ("(null)\n" for "\n") without racing the writer's next write.
+		if filepath.Base(p) == "driver_override" {
+			delete(change.Changed, p)
+		}
+	}
+	if err := apply(k.Root, change); err != nil {
+		return err
+	}
+	return m.save(k.Root)
+}
+
+// readOverrides takes what was written to each driver_override: "\n" clears it.
+func (k Kernel) readOverrides(m *machine) {
+	for _, fn := range m.Functions {
+		if !fn.Present {
+			continue
+		}
+		b, err := os.ReadFile(k.sys("bus/pci/devices", fn.BDF(), "driver_override"))
+		if err != nil {
+			continue
+		}
+		v := strings.TrimSpace(string(b))
+		if v == "(null)" {
+			v = ""
+		}
+		fn.Override = v
+	}
+}
+
+// apply makes the trees under root show change: removals deepest first, then new
+// folders, each made aside whole and renamed into place, then the other additions and
+// changes parents first, a function's driver link last. A writer waiting for the link
+// (as one waits for the kernel's uevent) then finds the binding complete, and no writer
+// finds a folder half made (and its write overwritten).
+func apply(root string, change kerneltree.Change) error {
+	removed := append([]string(nil), change.Removed...)
+	byDepth(removed, true)
+	for _, p := range removed {
+		if err := os.RemoveAll(filepath.Join(root, p)); err != nil {
+			return fmt.Errorf("EMULATION: removing %s: %w", p, err)
+		}
+	}
+	written := kerneltree.Snapshot{}
+	for p, e := range change.Added {
+		written[p] = e
+	}
+	for p, e := range change.Changed {
+		written[p] = e
+	}
+	paths := make([]string, 0, len(written))
+	for p := range written {
+		paths = append(paths, p)
+	}
+	byDepth(paths, false)
+	staging := filepath.Join(root, ".staging")
+	made := map[string]string{} // a new folder's path -> where it is made
+	var tops, rest []string     // new folders whose parent is not new; entries elsewhere
+	for _, p := range paths {
+		e := written[p]
+		_, added := change.Added[p]
+		parent, inNew := made[filepath.Dir(p)]
+		switch {
+		case inNew:
+			made[p] = filepath.Join(parent, filepath.Base(p))
+		case added && e.Kind == "dir":
+			made[p] = filepath.Join(staging, strconv.Itoa(len(tops)))
+			tops = append(tops, p)
+		default:
+			rest = append(rest, p)
+			continue
+		}
+		if err := create(made[p], e); err != nil {
+			return fmt.Errorf("EMULATION: %s: %w", p, err)
+		}
+	}
+	for _, p := range tops {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+			return err
+		}
+		if err := os.Rename(made[p], filepath.Join(root, p)); err != nil {
+			return fmt.Errorf("EMULATION: %s: %w", p, err)
+		}
+	}
+	sort.SliceStable(rest, func(i, j int) bool {
+		return filepath.Base(rest[i]) != "driver" && filepath.Base(rest[j]) == "driver"
+	})
+	for _, p := range rest {
+		if err := create(filepath.Join(root, p), written[p]); err != nil {
+			return fmt.Errorf("EMULATION: %s: %w", p, err)
+		}
+	}
+	return os.RemoveAll(staging)
+}
+
+// create makes one entry as the kernel shows it.
+func create(path string, e kerneltree.Entry) error {
+	mode, err := strconv.ParseUint(e.Mode, 8, 32)
+	if err != nil {
+		return fmt.Errorf("mode %q: %w", e.Mode, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	if e.Kind != "dir" {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	switch e.Kind {
+	case "dir":
+		if err := os.MkdirAll(path, 0o755); err != nil {
+			return err
+		}
+	case "link":
+		return os.Symlink(e.Target, path)
+	case "char", "block":
+		var major, minor uint32
+		if _, err := fmt.Sscanf(e.Device, "%d:%d", &major, &minor); err != nil {
+			return fmt.Errorf("device %q: %w", e.Device, err)
+		}
+		kind := uint32(unix.S_IFCHR)
+		if e.Kind == "block" {
+			kind = unix.S_IFBLK
+		}
+		if err := unix.Mknod(path, kind|uint32(mode), int(unix.Mkdev(major, minor))); err != nil {
+			return fmt.Errorf("making the device node (EMULATION needs root, CAP_MKNOD): %w", err)
+		}
+	default:
+		content := []byte(e.Value)
+		if encoded, ok := strings.CutPrefix(e.Value, "hex:"); ok {
+			if content, err = hex.DecodeString(encoded); err != nil {
+				return err
+			}
+		}
+		if err := os.WriteFile(path, content, 0o600); err != nil {
+			return err
+		}
+	}
+	return os.Chmod(path, os.FileMode(mode)) // past the umask
+}
+
+// requestFolders hold every attribute a writer may write a request to: the bus's
+// drivers_probe and rescan, each driver's bind and unbind, each function's remove and
+// driver_override.
+func (k Kernel) requestFolders() []string {
+	folders := []string{k.sys("bus/pci")}
+	for _, drv := range knownDrivers {
+		folders = append(folders, k.sys("bus/pci/drivers", drv))
+	}
+	functions, _ := filepath.Glob(k.sys("devices/pci0000:00/*"))
+	return append(folders, functions...)
 }
 
 // Run handles each write as it lands, until ctx ends. The kernel acts on a write before
@@ -178,42 +268,92 @@ func (k Kernel) watch(watcher *fsnotify.Watcher) error {
 // instead of it polling the tree, which under TCG took a good share of a node's CPU.
 // Its own writes wake it once more, to a step that finds nothing pending.
 func (k Kernel) Run(ctx context.Context) error {
-	watcher, err := fsnotify.NewWatcher()
+	w, err := newWaker()
 	if err != nil {
-		return fmt.Errorf("EMULATION: watching the sysfs tree: %w", err)
+		return err
 	}
-	defer watcher.Close()
-	for {
-		// Watched first: a write after the watch wakes the next step, one before it is
-		// seen by this one.
-		if err := k.watch(watcher); err != nil {
+	defer w.close()
+	stop := context.AfterFunc(ctx, w.wake)
+	defer stop()
+	for ctx.Err() == nil {
+		// Watched first: a write after the watch wakes the next wait, one before it is
+		// seen by this step. Each folder is watched anew every round: a function's
+		// folder made anew by a rescan is a new inode, which the kernel watches apart.
+		for _, folder := range k.requestFolders() {
+			if err := w.watch(folder); err != nil {
+				return err
+			}
+		}
+		if err := k.Step(); err != nil {
 			return err
 		}
-		k.Step()
-		select {
-		case <-ctx.Done():
-			return nil
-		case _, open := <-watcher.Events:
-			if !open {
-				return nil
-			}
-		case _, open := <-watcher.Errors:
-			// An overflowed queue lost events: the next step looks at every request.
-			if !open {
-				return nil
-			}
+		if err := w.wait(); err != nil {
+			return err
 		}
-		drain(watcher)
 	}
+	return nil
 }
 
-// drain drops the events already queued: one step handles all they announced.
-func drain(watcher *fsnotify.Watcher) {
+// waker is an inotify instance read only to be woken: which file changed does not
+// matter, since a step looks at every request. Its own pipe wakes it to stop.
+type waker struct {
+	inotify int
+	pipe    [2]int
+}
+
+func newWaker() (*waker, error) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("EMULATION: inotify: %w", err)
+	}
+	w := &waker{inotify: fd}
+	if err := unix.Pipe2(w.pipe[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		_ = unix.Close(fd)
+		return nil, fmt.Errorf("EMULATION: pipe: %w", err)
+	}
+	return w, nil
+}
+
+// watch watches a folder for writes to its files and for files made or removed in it;
+// watching one already watched changes nothing, and a folder gone needs no watch.
+func (w *waker) watch(folder string) error {
+	_, err := unix.InotifyAddWatch(w.inotify, folder,
+		unix.IN_CLOSE_WRITE|unix.IN_MODIFY|unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_TO)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("EMULATION: watching %s: %w", folder, err)
+	}
+	return nil
+}
+
+// wait blocks until a watched folder changes (or wake is called), then drains what
+// is queued: one step handles all of it.
+func (w *waker) wait() error {
+	fds := []unix.PollFd{{Fd: int32(w.inotify), Events: unix.POLLIN}, {Fd: int32(w.pipe[0]), Events: unix.POLLIN}}
 	for {
-		select {
-		case <-watcher.Events:
-		default:
-			return
+		_, err := unix.Poll(fds, -1)
+		if errors.Is(err, unix.EINTR) {
+			continue
 		}
+		if err != nil {
+			return fmt.Errorf("EMULATION: waiting for writes: %w", err)
+		}
+		break
+	}
+	buf := make([]byte, 64<<10)
+	for _, fd := range []int{w.inotify, w.pipe[0]} {
+		for {
+			if n, err := unix.Read(fd, buf); n <= 0 || err != nil {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+func (w *waker) wake() { _, _ = unix.Write(w.pipe[1], []byte{1}) }
+
+func (w *waker) close() {
+	for _, fd := range []int{w.inotify, w.pipe[0], w.pipe[1]} {
+		_ = unix.Close(fd)
 	}
 }

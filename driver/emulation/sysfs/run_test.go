@@ -15,11 +15,7 @@ import (
 // that unbinds, overrides and probes finds vfio-pci bound without anyone stepping, and a
 // function taken off the bus and found again by a rescan can be removed once more.
 func TestRunActsOnWritesAsTheyLand(t *testing.T) {
-	root := t.TempDir()
-	if err := sysfs.Build(root, sysfs.KubevirtciControllers([]int64{1 << 20, 1 << 20})); err != nil {
-		t.Fatal(err)
-	}
-	sysfstest.RunKernel(t, root)
+	root := sysfstest.Machine(t, sysfs.KubevirtciControllers([]int64{1 << 20, 1 << 20}))
 	const bdf = "0000:00:05.0"
 	dev := filepath.Join(root, "bus/pci/devices", bdf)
 	write := func(path, value string) {

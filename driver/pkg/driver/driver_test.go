@@ -31,17 +31,14 @@ func newNode(t *testing.T) node {
 	t.Helper()
 	dir := t.TempDir()
 	n := node{
-		root: filepath.Join(dir, "sys"), cdiDir: filepath.Join(dir, "cdi"),
+		cdiDir:     filepath.Join(dir, "cdi"),
 		checkpoint: filepath.Join(dir, "state", "checkpoint.json"),
 		host:       inventory.Host{MountsFile: filepath.Join(dir, "mounts")},
 	}
 	if err := os.WriteFile(n.host.MountsFile, []byte("/dev/vda / ext4 rw 0 0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := sysfs.Build(n.root, sysfs.KubevirtciControllers([]int64{1 << 30, 1 << 30})); err != nil {
-		t.Fatal(err)
-	}
-	sysfstest.RunKernel(t, n.root)
+	n.root = sysfstest.Machine(t, sysfs.KubevirtciControllers([]int64{1 << 30, 1 << 30}))
 	return n
 }
 

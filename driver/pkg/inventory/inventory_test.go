@@ -9,20 +9,18 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/kubevirt-dra-conformance/driver/emulation/sysfs"
+	"github.com/kubevirt-dra-conformance/driver/emulation/sysfs/sysfstest"
 	"github.com/kubevirt-dra-conformance/driver/pkg/pci"
 )
 
 func tree(t *testing.T, n int) pci.Sysfs {
 	t.Helper()
-	root := t.TempDir()
 	sizes := make([]int64, n)
 	for i := range sizes {
 		sizes[i] = 1 << 30
 	}
-	if err := sysfs.Build(root, sysfs.KubevirtciControllers(sizes)); err != nil {
-		t.Fatal(err)
-	}
-	return pci.Sysfs{Root: root}
+	root := sysfstest.Build(t, sysfs.KubevirtciControllers(sizes))
+	return pci.Sysfs{Root: filepath.Join(root, sysfs.SysDir)}
 }
 
 func hostFiles(t *testing.T, mounts, swaps string) Host {

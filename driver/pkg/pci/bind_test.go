@@ -1,6 +1,7 @@
 package pci_test
 
 import (
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,12 +13,7 @@ import (
 // emulatedNode builds a one-controller tree with the emulated kernel running.
 func emulatedNode(t *testing.T) (pci.Sysfs, pci.Binder) {
 	t.Helper()
-	root := t.TempDir()
-	if err := sysfs.Build(root, sysfs.KubevirtciControllers([]int64{1 << 30})); err != nil {
-		t.Fatal(err)
-	}
-	sysfstest.RunKernel(t, root)
-	sys := pci.Sysfs{Root: root}
+	sys := pci.Sysfs{Root: sysfstest.Machine(t, sysfs.KubevirtciControllers([]int64{1 << 30}))}
 	return sys, pci.Binder{Sysfs: sys, Settle: 2 * time.Second}
 }
 
@@ -46,11 +42,8 @@ func TestBindToVFIOAndRestore(t *testing.T) {
 }
 
 func TestBindFailsClearlyWithoutAKernel(t *testing.T) {
-	root := t.TempDir()
-	if err := sysfs.Build(root, sysfs.KubevirtciControllers([]int64{1 << 30})); err != nil {
-		t.Fatal(err)
-	}
-	sys := pci.Sysfs{Root: root}
+	root := sysfstest.Build(t, sysfs.KubevirtciControllers([]int64{1 << 30}))
+	sys := pci.Sysfs{Root: filepath.Join(root, sysfs.SysDir)}
 	_, err := pci.Binder{Sysfs: sys, Settle: 50 * time.Millisecond}.Bind("0000:00:05.0", pci.VFIODriver)
 	if err == nil {
 		t.Fatal("a bind nobody acts on must fail, not hang or pretend")

@@ -107,15 +107,10 @@ func (s Sysfs) Read(bdf string) (Function, error) {
 			fn.IOMMUGroup = n
 		}
 	}
-	controllers, _ := filepath.Glob(filepath.Join(dir, "nvme", "nvme*"))
-	sort.Strings(controllers)
-	if len(controllers) > 0 {
-		ctrl := controllers[0]
+	if ctrl := s.controllerOf(dir); ctrl != "" {
 		fn.Serial, _ = readTrim(filepath.Join(ctrl, "serial"))
 		fn.Model, _ = readTrim(filepath.Join(ctrl, "model"))
-		namespaces, _ := filepath.Glob(filepath.Join(ctrl, filepath.Base(ctrl)+"n*"))
-		sort.Strings(namespaces)
-		for _, ns := range namespaces {
+		for _, ns := range s.namespacesOf(ctrl) {
 			holders, _ := os.ReadDir(filepath.Join(ns, "holders"))
 			var names []string
 			for _, h := range holders {
@@ -128,6 +123,41 @@ func (s Sysfs) Read(bdf string) (Function, error) {
 		}
 	}
 	return fn, nil
+}
+
+// controllerOf finds the function's NVMe controller as NVMe tooling does: the nvme
+// class device whose device link is the function. "" while nvme does not drive it.
+func (s Sysfs) controllerOf(function string) string {
+	want, err := filepath.EvalSymlinks(function)
+	if err != nil {
+		return ""
+	}
+	controllers, _ := filepath.Glob(filepath.Join(s.Root, "class", "nvme", "nvme*"))
+	sort.Strings(controllers)
+	for _, ctrl := range controllers {
+		if device, err := filepath.EvalSymlinks(filepath.Join(ctrl, "device")); err == nil && device == want {
+			return ctrl
+		}
+	}
+	return ""
+}
+
+// namespacesOf are the controller's namespaces as the block class shows them: the
+// disks whose device folder is below the controller's.
+func (s Sysfs) namespacesOf(ctrl string) []string {
+	dir, err := filepath.EvalSymlinks(ctrl)
+	if err != nil {
+		return nil
+	}
+	disks, _ := filepath.Glob(filepath.Join(s.Root, "block", "*"))
+	sort.Strings(disks)
+	var out []string
+	for _, disk := range disks {
+		if real, err := filepath.EvalSymlinks(disk); err == nil && strings.HasPrefix(real, dir+"/") {
+			out = append(out, real)
+		}
+	}
+	return out
 }
 
 // BoundDriver is the name of the kernel driver bound to the function, or "".
