@@ -254,6 +254,25 @@ def unreported_guest(kube: Kube, vmi: Obj) -> Stop | None:
     return None
 
 
+def launcher_not_created(kube: Kube, vmi: Obj) -> Stop | None:
+    """A VMI whose launcher's container the runtime cannot create: its spec fails to
+    generate (a device node, a mount that is not there). The kubelet retries it forever
+    with the same spec; waiting longer cannot help."""
+    phase = ((vmi or {}).get("status") or {}).get("phase")
+    if vmi is None or phase not in (None, "Pending", "Scheduling"):
+        return None
+    pods = kube.list("Pod", vmi["metadata"].get("namespace"),
+                     label_selector=f"kubevirt.io/created-by={vmi['metadata']['uid']}")
+    for pod in pods:
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            waiting = (status.get("state") or {}).get("waiting") or {}
+            message = waiting.get("message") or ""
+            if waiting.get("reason") == "CreateContainerError" and "failed to generate" in message:
+                return Stop(f"its launcher {pod['metadata']['name']}'s container "
+                            f"{status['name']} cannot be created: {message}")
+    return None
+
+
 def vmi_running(obj: Obj) -> Verdict:
     if obj is not None and (obj.get("status") or {}).get("phase") == "Running":
         return True
@@ -323,9 +342,11 @@ def wait_until_vm_stopped(kube: Kube, name: str, namespace: str) -> dict[str, An
 
 
 def wait_until_vmi_running(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
-    """The VMI Running; one whose guest runs but is never reported stops the wait."""
+    """The VMI Running; one whose guest runs but is never reported, or whose launcher's
+    container cannot be created, stops the wait."""
     def reported_running(vmi: Obj) -> Verdict:
-        return vmi_running(vmi) or unreported_guest(kube, vmi) or False
+        return (vmi_running(vmi) or unreported_guest(kube, vmi)
+                or launcher_not_created(kube, vmi) or False)
 
     obj = wait_for(kube, "VirtualMachineInstance", name, namespace, reported_running,
                    Timeout.VMI_RUNNING, "VMI Running", recheck=GUEST_RECHECK_SECONDS)

@@ -42,6 +42,9 @@ class ClusterFacts:
     devices_per_numa_node: dict[str, Counter[tuple[str, str]]] = field(default_factory=dict)
     device_plugin_resources: dict[str, dict[str, str]] = field(default_factory=dict)
     nodes: list[str] = field(default_factory=list)
+    # whether a node's kernel shows a vfio-pci function's vfio-dev device without its
+    # /dev/vfio/devices node (None: not known: no node reached, or none bound to vfio-pci)
+    vfio_cdev_missing: bool | None = None
     # node -> the state of the profile's kubelet plugin pod there (plugin_pod_states)
     plugin_pods: dict[str, str] = field(default_factory=dict)
 

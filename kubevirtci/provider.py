@@ -40,6 +40,15 @@ BIND_DEVICE_PLUGIN_NVME = (
 )
 
 
+# For each function bound to vfio-pci (sysfs root $1): "cdev" where its vfio-dev device
+# has its /dev/vfio/devices node, "no-cdev" where the kernel made none (no
+# CONFIG_VFIO_DEVICE_CDEV).
+VFIO_CDEV_PROBE = (
+    'for d in "$1"/bus/pci/drivers/vfio-pci/*/vfio-dev/*; do [ -e "$d" ] || continue; '
+    'if [ -e "/dev/vfio/devices/${d##*/}" ]; then echo cdev; else echo no-cdev; fi; done'
+)
+
+
 class NodeCommandFailed(AssertionError):
     """A command run on a node failed; the message names the node and the command."""
 
@@ -174,3 +183,12 @@ class Provider(ABC):
 
     @abstractmethod
     def down(self) -> None: ...
+
+
+def vfio_cdev_missing(nodes: list[Node]) -> bool | None:
+    """Whether a node's kernel makes no /dev node for a VFIO function's vfio-dev device;
+    None when no node has a function bound to vfio-pci to tell."""
+    seen: set[str] = set()
+    for node in nodes:
+        seen.update(node.run(["sh", "-c", VFIO_CDEV_PROBE, "sh", node.paths.sysfs]).split())
+    return "no-cdev" in seen if seen else None

@@ -40,6 +40,9 @@ class KnownBug:
     needs_permitted_host_devices: bool = False
     # Only on Kubernetes releases from this one on (None: any).
     min_kubernetes: tuple[int, int] | None = None
+    # Only on nodes whose kernel shows a VFIO function's vfio-dev device without its
+    # /dev/vfio/devices node (no CONFIG_VFIO_DEVICE_CDEV, as Debian's).
+    needs_kernel_without_vfio_cdev: bool = False
     # Only for DRA devices in these VMI lists (profile deviceKinds; None: any).
     device_kinds: tuple[str, ...] | None = None
     # The test raises core.errors.KnownBugSeen on the bug's own signature; any other
@@ -82,12 +85,15 @@ class Release:
         return {name for name, gate in self.gates.items() if gate.default_on}
 
     def bugs_on(self, path: str, permits_host_devices: bool,
-                kubernetes: tuple[int, ...] | None, device_kind: str) -> list[KnownBug]:
+                kubernetes: tuple[int, ...] | None, device_kind: str,
+                vfio_cdev_missing: bool | None = None) -> list[KnownBug]:
         """The bugs that break ``path`` for DRA devices of ``device_kind`` on a cluster
         configured so, of this Kubernetes release (None: unknown, every bug that may
-        apply)."""
+        apply), whose nodes' kernels show VFIO cdevs or not (None: not known, no bug that
+        needs them missing)."""
         return [bug for bug in self.bugs if bug.path == path
                 and (permits_host_devices or not bug.needs_permitted_host_devices)
+                and (vfio_cdev_missing or not bug.needs_kernel_without_vfio_cdev)
                 and (bug.min_kubernetes is None or kubernetes is None
                      or kubernetes[:2] >= bug.min_kubernetes)
                 and (bug.device_kinds is None or device_kind in bug.device_kinds)]
@@ -141,6 +147,8 @@ VM_RUNNING = "vm_running"  # a VMI that must reach Running
 FIRST_AVAILABLE = "first_available"  # a VMI whose device a firstAvailable request serves
 # permittedHostDevices refusing a device-plugin resource it does not list
 ALLOW_LIST = "allow_list"
+# a VMI with a host device of KubeVirt's PCI device plugin, which must start
+DEVICE_PLUGIN_VM = "device_plugin_vm"
 # a VMI whose host device names an extended resource a DeviceClass serves (KEP-5004)
 EXTENDED_RESOURCE = "extended_resource"
 # a node's kubelet restarted while KubeVirt's host device plugins serve there
@@ -206,6 +214,19 @@ DEVICE_PLUGIN_RESTART_PANIC = KnownBug(
     "kubevirt/kubevirt#18622", None, needs_permitted_host_devices=True,
     seen_by_signature=True, racy=True)
 
+# pkg/virt-handler/device-manager/common.go formatVFIOCdevDeviceSpecs of 1.9.0 (#18567,
+# the backport of #18300): a device spec /dev/vfio/devices/<entry> for each entry of the
+# function's sysfs vfio-dev folder, never checking the node is there. A kernel without
+# CONFIG_VFIO_DEVICE_CDEV (Debian's 6.12, as the kernel reference records it, and so the
+# hermetic nodes') shows vfio-dev/vfio<N> with no /dev node: containerd refuses the spec.
+VFIO_CDEV_NODE_ASSUMED = KnownBug(
+    DEVICE_PLUGIN_VM, "virt-handler's PCI device plugin hands the launcher /dev/vfio/devices/"
+    "<vfioN> for each vfio-dev entry in sysfs, a node a kernel without "
+    "CONFIG_VFIO_DEVICE_CDEV (Debian's) never makes: the launcher's container is never "
+    "created (\"lstat /dev/vfio/devices/vfio0: no such file or directory\"); fixed on main "
+    "by kubevirt/kubevirt#18905, in no release served here", "kubevirt/kubevirt#18895",
+    None, needs_kernel_without_vfio_cdev=True, seen_by_signature=True)
+
 RELEASES: tuple[Release, ...] = (
     Release(
         (1, 6, 0), ("v1.6.1",), "2507072117-b751e332", _GATES_UP_TO_1_8, frozenset(), (), None,
@@ -243,7 +264,8 @@ RELEASES: tuple[Release, ...] = (
         _HOST_DEVICE_RULES_V1_8_3 | {"claim-name-not-dns-label", "claim-and-template-both-set",
                                     "claim-and-template-both-missing"},
         (METADATA_V1ALPHA1,), KEP_5304_ROOT, None, _METADATA_DIR,
-        (SUBREQUEST_METADATA_NAME, EXTENDED_RESOURCE_UNSEEN, DEVICE_PLUGIN_RESTART_PANIC)),
+        (SUBREQUEST_METADATA_NAME, EXTENDED_RESOURCE_UNSEEN, DEVICE_PLUGIN_RESTART_PANIC,
+         VFIO_CDEV_NODE_ASSUMED)),
 )
 OLDEST = RELEASES[0].since
 

@@ -94,6 +94,7 @@ def test_launcher_vfio_nodes_are_the_nodes_own_devices(kube, objects, namespace,
 
 
 @markers.requires(Capability.DEVICE_PLUGIN_NVME)
+@markers.device_plugin_vm
 @markers.requirement("INFO-004")
 def test_device_plugin_vm_gets_pci_resource_env(kube, objects, namespace, profile):
     objects.create(vms.guest_vm(

@@ -58,6 +58,7 @@ def _hostdev_addresses(kube, vm):
 
 @markers.dra_launcher
 @markers.vm_running
+@markers.device_plugin_vm
 @markers.requirement("MIXED-001")
 def test_device_plugin_vm_and_dra_vm_run_on_same_node(
     kube, objects, namespace, profile, free_device
@@ -76,6 +77,7 @@ def test_device_plugin_vm_and_dra_vm_run_on_same_node(
 
 @markers.dra_launcher
 @markers.vm_running
+@markers.device_plugin_vm
 @markers.requirement("MIXED-002")
 def test_one_vm_with_device_plugin_and_dra_host_devices(kube, objects, namespace, profile):
     objects.create(plain_claim("nvme", profile))
@@ -112,6 +114,7 @@ def test_dra_and_device_plugin_gpus_in_one_vmi_are_rejected(objects, profile):
 
 @markers.dra_launcher
 @markers.vm_running
+@markers.device_plugin_vm
 @markers.requirement("MIXED-004")
 def test_no_pci_address_is_assigned_twice_across_running_vms_of_the_run(
     kube, objects, namespace, profile, run_id
@@ -141,6 +144,7 @@ def _device_plugin_capacity(kube, node, resource):
 @markers.dra_launcher
 @markers.vm_running
 @markers.exclusive_devices
+@markers.device_plugin_vm
 @markers.requirement("MIXED-005")
 def test_exhausting_device_plugin_pool_does_not_block_dra(
     kube, objects, namespace, profile, free_device
@@ -159,6 +163,7 @@ def test_exhausting_device_plugin_pool_does_not_block_dra(
 @markers.dra_launcher
 @markers.vm_running
 @markers.exclusive_devices
+@markers.device_plugin_vm
 @markers.requirement("MIXED-006")
 def test_exhausting_dra_pool_does_not_block_device_plugin(
     kube, objects, namespace, profile, free_device

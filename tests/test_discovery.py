@@ -4,6 +4,7 @@ import pytest
 
 from kubevirtci.capabilities import Capability
 from kubevirtci.discovery import capabilities_from, discover, effective_gates
+from kubevirtci.provider import NodePaths, vfio_cdev_missing
 from kubevirtci.releases import release_for
 
 DRIVER = "nvme.dra.kubevirt-conformance.io"
@@ -269,3 +270,29 @@ def test_two_devices_of_a_node_on_one_numa_node_are_a_capability():
                               DRIVER, DP)
     assert not apart.has(Capability.TWO_DEVICES_PER_NUMA_NODE)
     assert "--numa-nodes" in apart.reason_missing(Capability.TWO_DEVICES_PER_NUMA_NODE)
+
+
+def test_the_vfio_cdev_bug_of_1_9_is_expected_only_on_nodes_whose_kernel_makes_no_cdev():
+    release = release_for((1, 9, 0))
+    expected = release.bugs_on("device_plugin_vm", False, (1, 37, 2), "hostDevice", True)
+    assert [b.upstream for b in expected] == ["kubevirt/kubevirt#18895"]
+    assert expected[0].seen_by_signature  # a test fails on anything but its signature
+    for kernel in (False, None):  # cdevs made, or not known: nothing expected
+        assert release.bugs_on("device_plugin_vm", False, (1, 37, 2), "hostDevice", kernel) == []
+
+
+
+class _Node:
+    paths = NodePaths()
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def run(self, argv, stdin=None, timeout=None):
+        return self.answer
+
+
+def test_nodes_tell_whether_their_kernel_makes_vfio_cdevs():
+    assert vfio_cdev_missing([_Node("cdev\n"), _Node("no-cdev\n")]) is True
+    assert vfio_cdev_missing([_Node("cdev\ncdev\n")]) is False
+    assert vfio_cdev_missing([_Node("")]) is None  # nothing bound to vfio-pci to tell

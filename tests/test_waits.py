@@ -187,6 +187,32 @@ def test_a_launcher_that_cannot_start_the_domain_ends_the_wait_with_its_reason()
     assert "#17858" not in stop.reason  # not blamed on the status-update bug
 
 
+class ContainerKube:
+    """A fake API listing one launcher pod whose compute container waits so."""
+
+    def __init__(self, waiting):
+        self.waiting = waiting
+
+    def list(self, kind, namespace=None, label_selector=None):
+        return [{"metadata": {"name": "virt-launcher-vm-x"}, "status": {"containerStatuses": [
+            {"name": "compute", "state": {"waiting": self.waiting}}]}}]
+
+
+def test_a_launcher_whose_container_cannot_be_created_ends_the_wait_with_the_runtime_word():
+    scheduling = {"metadata": {"namespace": "ns", "uid": "u1"}, "status": {"phase": "Scheduling"}}
+    refused = {"reason": "CreateContainerError", "message": "failed to generate container "
+               '"ab" spec: failed to generate spec: lstat /dev/vfio/devices/vfio0: no such '
+               "file or directory"}
+    stop = waits.launcher_not_created(ContainerKube(refused), scheduling)
+    assert isinstance(stop, waits.Stop) and "lstat /dev/vfio/devices/vfio0" in stop.reason
+    # pulling an image, or a runtime error the kubelet may get past, is waited out
+    for waiting in ({"reason": "ContainerCreating"},
+                    {"reason": "CreateContainerError", "message": "context deadline exceeded"}):
+        assert waits.launcher_not_created(ContainerKube(waiting), scheduling) is None
+    running = {**scheduling, "status": {"phase": "Running"}}
+    assert waits.launcher_not_created(ContainerKube(refused), running) is None
+
+
 class FailingApi(WatchedObject):
     """A fake API whose lists fail with ``errors`` in turn, then answer ``state``."""
 
