@@ -265,10 +265,23 @@ def test_an_archive_names_its_images_by_the_digest_containerd_will_show(tmp_path
     assert archive_images(docker_save) == {}
 
 
-def test_a_kept_cluster_keeps_its_numa_nodes_and_refuses_another_count(tmp_path):
+def test_a_kept_cluster_keeps_its_numa_nodes_and_refuses_another_count(tmp_path, monkeypatch):
     layout = Layout(tmp_path)
     assert LocalCluster(layout, numa_nodes=2).config().numa_nodes == 2
     assert LocalCluster(layout).config().numa_nodes == 2  # nothing asked: the kept one's
+    asked_none = LocalCluster(layout, numa_nodes=0)
+    monkeypatch.setattr(asked_none, "build", lambda: None)
+    monkeypatch.setattr(asked_none, "_reusable", lambda: True)
     with pytest.raises(SuiteUsageError, match="have 2 NUMA nodes, 0 asked for") as err:
-        LocalCluster(layout, numa_nodes=0).config()
+        asked_none.up()
     assert "--numa-nodes 2" in str(err.value)
+    # a stopped cluster's state is swept, whatever it had: its config loads for that
+    assert asked_none.config().numa_nodes == 2
+
+
+def test_a_cluster_from_before_numa_nodes_has_none(tmp_path):
+    layout = Layout(tmp_path)
+    layout.root.mkdir(parents=True, exist_ok=True)
+    layout.config_file.write_text(json.dumps({"nodes": ["node01"], "nvme": ["1G"],
+                                              "apiserver": 6443}))
+    assert LocalCluster(layout).config().numa_nodes == 0

@@ -74,12 +74,6 @@ class LocalCluster:
                 config = ClusterConfig.load(self.layout.config_file)
             except (ValueError, TypeError, KeyError) as err:
                 raise SuiteUsageError(str(err), "run `kdc-cluster down --force` first") from err
-            if self.numa_nodes is not None and self.numa_nodes != config.numa_nodes:
-                raise SuiteUsageError(
-                    f"the kept hermetic cluster's nodes have {config.numa_nodes} NUMA nodes, "
-                    f"{self.numa_nodes} asked for",
-                    f"run `tox -e cluster -- down` first, or ask for --numa-nodes "
-                    f"{config.numa_nodes}")
             return config
         config = ClusterConfig.new(self.node_count, self.nvme, self.numa_nodes or 0)
         self.layout.root.mkdir(parents=True, exist_ok=True)
@@ -134,8 +128,15 @@ class LocalCluster:
         start = time.monotonic()
         self.build()
         if self._reusable():
+            config = self.config()
+            if self.numa_nodes is not None and self.numa_nodes != config.numa_nodes:
+                raise SuiteUsageError(
+                    f"the kept hermetic cluster's nodes have {config.numa_nodes} NUMA nodes, "
+                    f"{self.numa_nodes} asked for",
+                    f"run `tox -e cluster -- down` first, or ask for --numa-nodes "
+                    f"{config.numa_nodes}")
             log.info(f"reusing the running cluster ({self.layout.root})")
-            self._renew_certificates(self.config())
+            self._renew_certificates(config)
             return self.layout.admin_kubeconfig
         if self.layout.root.exists() or network.exists():
             # State of a stopped or killed run: sweep it and start clean (a new cluster

@@ -48,8 +48,9 @@ class ClusterConfig:
     @classmethod
     def load(cls, path: Path) -> ClusterConfig:
         data = json.loads(path.read_text())
-        known = {"nodes", "nvme", "apiserver", "numa_nodes"}
-        if set(data) != known:
+        required = {"nodes", "nvme", "apiserver"}
+        # a cluster from before NUMA nodes has none
+        if not required <= set(data) <= required | {"numa_nodes"}:
             raise ValueError(f"{path} is from another version of the hermetic cluster")
         return cls(**data)
 
