@@ -22,6 +22,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -135,11 +136,12 @@ def main() -> int:
     components.check_host_packages()
     shutil.rmtree(OUTPUT, ignore_errors=True)
     OUTPUT.mkdir(parents=True)
-    log.info("the recorder, built static from driver/cmd/kernel-reference")
-    check(Runner().run(["go", "build", "-trimpath", "-o", OUTPUT / "kernel-reference",
-                        "./cmd/kernel-reference"], Timeout.GO_BUILD,
-                       env={**os.environ, "CGO_ENABLED": "0"},
-                       cwd=components.DRIVER_DIR, label="go build"), "see the Go error above")
+    log.info("the recorder and the emulator, built static from driver/cmd")
+    for program in ("kernel-reference", "nvme-sysfs-emulator"):
+        check(Runner().run(["go", "build", "-trimpath", "-o", OUTPUT / program,
+                            f"./cmd/{program}"], Timeout.GO_BUILD,
+                           env={**os.environ, "CGO_ENABLED": "0"},
+                           cwd=components.DRIVER_DIR, label="go build"), "see the Go error above")
     root = debian.build_root(RECIPE)
     kernel, initrd, disk = vm_image(root)
     (OUTPUT / "guest.sh").write_text(GUEST_SCRIPT)
@@ -161,7 +163,39 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(OUTPUT / "recording.json", args.out)
     log.info(f"recorded: {args.out}")
-    return 0
+    return compare_lspci(root, json.loads((OUTPUT / "recording.json").read_text()))
+
+
+# What differs between two functions of one kind: their addresses, IRQ and group.
+ADDRESSES = re.compile(r"^[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]|IRQ [0-9]+|Memory at [0-9a-f]+|"
+                       r"IOMMU group: [0-9]+", re.M)
+
+
+def compare_lspci(root: Path, recording: dict) -> int:
+    """The reference VM's own lspci (trixie's pciutils) over an EMULATED machine of
+    kubevirtci's controllers prints, for each, what it printed for the kernel's, modulo
+    addresses (the Go tests compare trees with this host's pciutils)."""
+    emulated = OUTPUT / "emulated"
+    check(Runner().run([OUTPUT / "nvme-sysfs-emulator", f"--root={emulated}",
+                        f"--device-state={emulated / 'devices'}", "--build-only",
+                        *(f"--nvme={size >> 30}G" for size in NVME_BYTES)],
+                       Timeout.LOCAL_COMMAND, label="emulator"), "see the emulator's error above")
+    differ = 0
+    for i, bdf in enumerate(recording["functions"]["nvme"]):
+        want = recording["tools"][f"lspci -vvv -nn -k -s {bdf}"]
+        got = in_root(root, ["lspci", "-O", f"sysfs.path={emulated}/sys/bus/pci", "-vvv", "-nn",
+                             "-k", "-s", f"0000:00:{5 + i:02x}.0"], Timeout.LOCAL_COMMAND, "lspci")
+        # libkmod answers from the host's modules, not the VM's
+        same = [ADDRESSES.sub("#", text).replace("\tKernel modules: nvme\n", "")
+                for text in (got, want)]
+        if same[0] != same[1]:
+            differ += 1
+            log.error(f"lspci of EMULATED 0000:00:{5 + i:02x}.0 differs from the kernel's "
+                      f"{bdf}:\n{got}\nkernel:\n{want}")
+        else:
+            log.info(f"the reference VM's lspci -vvv prints the same for EMULATED "
+                     f"0000:00:{5 + i:02x}.0 as for the kernel's {bdf} (modulo addresses)")
+    return 1 if differ else 0
 
 
 if __name__ == "__main__":
