@@ -20,6 +20,7 @@ FACTS = "facts.json"
 RESULTS = "requirements.json"
 JUNIT = "junit.xml"
 NOT_FOR_HARDWARE = "not valid for certification of hardware: the run used EMULATED parts"
+NOT_A_CERTIFICATION = "a record, not a certification: the run was not in certification mode"
 
 
 def _digest(path: Path) -> str:
@@ -87,8 +88,13 @@ def verify(bundle: Path) -> tuple[list[str], list[str]]:
     if facts.get("interrupted"):
         problems.append(f"the run was interrupted ({facts['interrupted']}): its results are "
                         "partial")
-    problems += [f"required requirement {failure}" for failure in
-                 certification_failures(results)]
+    unpassed = [f"required requirement {failure}" for failure in
+                certification_failures(results)]
+    # A run outside certification mode is a record, not a certification: what it did not
+    # pass is said, and is no fault of the record's (a bundle older than the key, strict).
+    certification = str(facts.get("certify", True)).lower() != "false"  # facts are text
+    if certification:
+        problems += unpassed
     if (bundle / JUNIT).is_file():
         properties = _junit_properties(bundle / JUNIT)
         for key in ("kubernetes_version", "kubevirt_version", "driver", "profile"):
@@ -99,4 +105,6 @@ def verify(bundle: Path) -> tuple[list[str], list[str]]:
         problems.append(f"missing file: {JUNIT}")
     notes = [f"{NOT_FOR_HARDWARE} ({'; '.join(facts['emulated'])})"] if facts.get(
         "emulated") else []
+    if not certification:
+        notes += [f"{NOT_A_CERTIFICATION}{': ' if unpassed else ''}{'; '.join(unpassed)}"]
     return problems, notes

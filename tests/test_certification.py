@@ -112,6 +112,22 @@ def test_a_failed_required_requirement_and_inconsistent_versions_are_named(tmp_p
                         "'v1.36.0' in junit.xml"]
 
 
+def test_a_run_outside_certification_mode_is_a_record_naming_what_it_did_not_pass(tmp_path):
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<testsuite><properties/></testsuite>')
+    outcomes = passing_outcomes() | {"suites/test_PERSIST-004.py::t": "xfailed"}
+    results = fold(outcomes, requirement_tests())
+    record = bundle.write(tmp_path / "record", {bundle.JUNIT: junit}, {"certify": "false"},
+                          results, None)
+    problems, notes = bundle.verify(record)
+    assert problems == []
+    assert notes[-1].startswith(bundle.NOT_A_CERTIFICATION)
+    assert "PERSIST-004: xfailed" in notes[-1]
+    certified = bundle.write(tmp_path / "certified", {bundle.JUNIT: junit}, {"certify": "true"},
+                             results, None)
+    assert bundle.verify(certified)[0] == ["required requirement PERSIST-004: xfailed"]
+
+
 def test_not_a_bundle(tmp_path):
     assert bundle.verify(tmp_path) == (["SHA256SUMS is missing: not a bundle"], [])
 
