@@ -48,6 +48,7 @@ RECIPE = debian.RootRecipe(
               "libvirt-daemon-driver-nodedev", "libvirt-clients"),
 )
 DISK_SIZE = "4G"  # sparse
+DISK_LABEL = "kref-root"
 OUTPUT = ROOT / "_output" / "kernel-reference"
 DEFAULT_RECORDING = ROOT / "driver" / "emulation" / "sysfs" / "reference" / "kernel-reference.json"
 # As kubevirtci's --nvme 1G --nvme 1G: serials nvme-<i>, 1 GiB each.
@@ -64,31 +65,13 @@ echo $? >"$here/status"
 """
 
 
-def vm_image(root: Path) -> tuple[Path, Path, Path]:
-    """(kernel, initrd, disk) of the VM, made once per root recipe."""
-    cached = components.CACHE_ROOT / f"{root.name}-vm"
-    kernel, initrd, disk = cached / "vmlinuz", cached / "initrd.img", cached / "disk.raw"
-    if disk.is_file():
-        return kernel, initrd, disk
-    staging = cached.with_name(cached.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    shutil.copy(next((root / "boot").glob("vmlinuz-*")), staging / "vmlinuz")
-    shutil.copy(next((root / "boot").glob("initrd.img-*")), staging / "initrd.img")
-    check(Runner().run(["mke2fs", "-q", "-t", "ext4", "-L", "kref-root", "-d", root,
-                        staging / "disk.raw", DISK_SIZE], Timeout.DEBIAN_ROOT, label="mke2fs"),
-          "mke2fs (e2fsprogs) makes the disk from the root folder")
-    staging.rename(cached)
-    return kernel, initrd, disk
-
-
 def qemu_argv(kernel: Path, initrd: Path, disk: Path) -> list[str]:
     """A kubevirtci node's devices: NVMe on the root complex as its ``--nvme`` adds them,
     behind intel-iommu; an igb NIC (SR-IOV capable) behind a root port."""
     mount = (f"work:{OUTPUT}:9p:trans=virtio,version=9p2000.L,msize=1048576,rw,"
              "x-systemd.before=kernel-command-line.service,"
              "x-systemd.required-by=kernel-command-line.service")
-    append = " ".join(["console=ttyS0", "root=LABEL=kref-root", "rw", "panic=-1",
+    append = " ".join(["console=ttyS0", f"root=LABEL={DISK_LABEL}", "rw", "panic=-1",
                        "intel_iommu=on", f"systemd.run={OUTPUT / 'guest.sh'}",
                        "systemd.run_success_action=poweroff",
                        "systemd.run_failure_action=poweroff", f"systemd.mount-extra={mount}"])
@@ -110,17 +93,19 @@ def qemu_argv(kernel: Path, initrd: Path, disk: Path) -> list[str]:
     return argv
 
 
-def in_root(root: Path, argv: list[str], timeout: Timeout, label: str) -> str:
+def in_root(root: Path, argv: list[str], timeout: Timeout, label: str,
+            shown: Path | None = None) -> str:
     """Run ``argv`` chrooted into the root (its QEMU, not the host's), the output folder
-    and the VM image visible at their own paths."""
+    (and ``shown``, such as the VM image's folder) visible at their own paths."""
     script = " ".join(f"'{a}'" for a in argv)
     result = Runner().run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c",
          'mount -t proc proc "$R/proc" && mount --rbind /dev "$R/dev" && '
-         'for p in "$OUT" "$IMG"; do mkdir -p "$R$p" && mount --bind "$p" "$R$p"; done && '
+         'for p in "$OUT" ${SHOWN:+"$SHOWN"}; do mkdir -p "$R$p" && mount --bind "$p" "$R$p"; '
+         'done && '
          f'exec chroot "$R" {script}'],
         timeout, env={"R": str(root), "OUT": str(OUTPUT),
-                      "IMG": str(components.CACHE_ROOT / f"{root.name}-vm"),
+                      "SHOWN": str(shown or ""),
                       "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, label=label)
     check(result, f"see {OUTPUT / 'console.log'} and {OUTPUT / 'guest.log'}")
     return result.stdout
@@ -143,7 +128,7 @@ def main() -> int:
                            env={**os.environ, "CGO_ENABLED": "0"},
                            cwd=components.DRIVER_DIR, label="go build"), "see the Go error above")
     root = debian.build_root(RECIPE)
-    kernel, initrd, disk = vm_image(root)
+    kernel, initrd, disk = debian.vm_image(root, DISK_LABEL, DISK_SIZE)
     (OUTPUT / "guest.sh").write_text(GUEST_SCRIPT)
     (OUTPUT / "guest.sh").chmod(0o755)
     argv = qemu_argv(kernel, initrd, disk)
@@ -155,7 +140,7 @@ def main() -> int:
         "debian": f"linux-image-amd64 {kernel_package} (trixie)",
         "recipe": "tox -e kernel-reference"}))
     log.info(f"booting the reference VM ({qemu_version}, TCG); its log: {OUTPUT}/guest.log")
-    in_root(root, argv, Timeout.KERNEL_REFERENCE, "reference-vm")
+    in_root(root, argv, Timeout.KERNEL_REFERENCE, "reference-vm", shown=disk.parent)
     status = OUTPUT / "status"
     if not status.is_file() or status.read_text().strip() != "0":
         raise SuiteUsageError("the reference VM did not record the kernel's tree",

@@ -18,10 +18,9 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import shutil
 from pathlib import Path
 
-from core.commands import Process, Runner, check, output
+from core.commands import Process, output
 from core.errors import SuiteUsageError
 from core.timeouts import Timeout, WaitTimeout
 from core.waits import poll
@@ -44,6 +43,7 @@ LANE_ROOT = debian.RootRecipe(
               *(package for package, _ in components.APT_REQUIREMENTS)),
 )
 DISK_SIZE = "48G"  # sparse; the cluster's images and nodes' layers live on it
+DISK_LABEL = "lane-root"
 MEMORY = "14G"
 OUTPUT = ROOT / "_output" / "cgroup2"
 NO_VMS_REASON = ("the cgroup2 lane's nodes run in a TCG VM: a VM inside it is too slow "
@@ -57,22 +57,7 @@ DEFAULT_SUITES = ("suites/test_cluster_basics.py", "suites/test_pod_dra.py",
 
 def vm_image() -> tuple[Path, Path, Path]:
     """(kernel, initrd, disk) of the lane's VM, made once per root recipe."""
-    root = debian.build_root(LANE_ROOT)
-    cached = components.CACHE_ROOT / f"{root.name}-vm"
-    kernel, initrd, disk = cached / "vmlinuz", cached / "initrd.img", cached / "disk.raw"
-    if disk.is_file():
-        return kernel, initrd, disk
-    staging = cached.with_name(cached.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    shutil.copy(next((root / "boot").glob("vmlinuz-*")), staging / "vmlinuz")
-    shutil.copy(next((root / "boot").glob("initrd.img-*")), staging / "initrd.img")
-    log.info(f"the VM's disk from {root} (ext4, {DISK_SIZE} sparse)")
-    check(Runner().run(["mke2fs", "-q", "-t", "ext4", "-L", "lane-root", "-d", root,
-                        staging / "disk.raw", DISK_SIZE], Timeout.DEBIAN_ROOT, label="mke2fs"),
-          "mke2fs (e2fsprogs) makes the disk from the root folder")
-    staging.rename(cached)
-    return kernel, initrd, disk
+    return debian.vm_image(debian.build_root(LANE_ROOT), DISK_LABEL, DISK_SIZE)
 
 
 def kubevirt_release(version: str) -> KubeVirtCode:
@@ -112,7 +97,7 @@ def shares(venv: Path) -> list[tuple[str, Path, bool]]:
 
 
 def kernel_command_line(mounts: list[tuple[str, Path, bool]]) -> str:
-    words = ["console=ttyS0", "root=LABEL=lane-root", "rw", "panic=-1",
+    words = ["console=ttyS0", f"root=LABEL={DISK_LABEL}", "rw", "panic=-1",
              "systemd.unified_cgroup_hierarchy=1", "cgroup_no_v1=all",
              f"systemd.run={ROOT / 'scripts' / 'cgroup2_guest.sh'}",
              "systemd.run_success_action=poweroff", "systemd.run_failure_action=poweroff"]

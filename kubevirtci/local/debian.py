@@ -129,3 +129,24 @@ cd {shlex.quote(package)} && dpkg-source --before-build . >/dev/null
         raise SuiteUsageError(f"Debian's source of {package} did not unpack in {work}",
                               "see the output above")
     return work / package
+
+
+def vm_image(root: Path, label: str, size: str) -> tuple[Path, Path, Path]:
+    """(kernel, initrd, disk) of a VM booting ``root``: its Debian kernel and initrd, and
+    an ext4 disk labelled ``label`` made from the root folder (``size``, sparse), made once
+    per root and cached beside it."""
+    cached = CACHE_ROOT / f"{root.name}-vm"
+    kernel, initrd, disk = cached / "vmlinuz", cached / "initrd.img", cached / "disk.raw"
+    if disk.is_file():
+        return kernel, initrd, disk
+    staging = cached.with_name(cached.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    shutil.copy(next((root / "boot").glob("vmlinuz-*")), staging / "vmlinuz")
+    shutil.copy(next((root / "boot").glob("initrd.img-*")), staging / "initrd.img")
+    log.info(f"the VM's disk from {root} (ext4, {size} sparse)")
+    check(Runner().run(["mke2fs", "-q", "-t", "ext4", "-L", label, "-d", root,
+                        staging / "disk.raw", size], Timeout.DEBIAN_ROOT, label="mke2fs"),
+          "mke2fs (e2fsprogs) makes the disk from the root folder")
+    staging.rename(cached)
+    return kernel, initrd, disk
