@@ -99,11 +99,13 @@ func run(out, provenanceFile string) error {
 			func() kerneltree.Step { return write("igb-sriov-2-vfs", numvfs, "2") },
 			func() kerneltree.Step { return write("igb-sriov-0-vfs", numvfs, "0") })
 	}
+	current := rec.Initial
 	for _, act := range steps {
 		step := act()
 		settle()
 		after, tools := r.capture()
-		step.Change = kerneltree.Diff(rec.Snapshots()[len(rec.Steps)], after)
+		step.Change = kerneltree.Diff(current, after)
+		current = after
 		step.Tools = tools
 		rec.Steps = append(rec.Steps, step)
 		fmt.Fprintf(os.Stderr, "kernel-reference: %s: %d added, %d removed, %d changed %s\n", step.Name,

@@ -1,4 +1,4 @@
-package sysfs_test
+package sysfs
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/kubevirt-dra-conformance/driver/emulation/kerneltree"
-	"github.com/kubevirt-dra-conformance/driver/emulation/sysfs"
 	"github.com/kubevirt-dra-conformance/driver/pkg/pci"
 )
 
@@ -30,7 +29,8 @@ import (
 // an unused autosuspend_delay_ms) and driver_override's own form of what was written.
 func TestTheEmulatedMachineShowsWhatTheRecordedKernelShows(t *testing.T) {
 	rec := recording(t)
-	root, kernel := recordedMachine(t, rec)
+	root := recordedMachineRoot(t, rec)
+	kernel := Kernel{Root: root}
 	want := rec.Snapshots()
 	for i := 0; i <= len(rec.Steps); i++ {
 		name := "boot"
@@ -52,10 +52,10 @@ func TestTheEmulatedMachineShowsWhatTheRecordedKernelShows(t *testing.T) {
 // The comparison finds a file the emulation does not show, naming it.
 func TestAFileMissingFromTheEmulatedTreeIsFound(t *testing.T) {
 	rec := recording(t)
-	root, _ := recordedMachine(t, rec)
+	root := recordedMachineRoot(t, rec)
 	first := rec.Functions["nvme"][0]
 	missing := fmt.Sprintf("sys/devices/pci0000:00/%s/nvme/nvme%d/serial", first,
-		sysfs.RecordedIdentity(capture(t, root, rec), first).Instance)
+		RecordedIdentity(capture(t, root, rec), first).Instance)
 	if err := os.Remove(filepath.Join(root, missing)); err != nil {
 		t.Fatal(err)
 	}
@@ -74,24 +74,6 @@ func recording(t *testing.T) kerneltree.Recording {
 	return rec
 }
 
-// recordedMachine builds an EMULATED machine like the recorded one.
-func recordedMachine(t *testing.T, rec kerneltree.Recording) (string, sysfs.Kernel) {
-	t.Helper()
-	controllers, cpus, err := sysfs.RecordedMachine(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	devices, err := os.ReadFile("/proc/devices")
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := t.TempDir()
-	if err := sysfs.Build(root, controllers, string(devices), cpus); err != nil {
-		t.Fatal(err)
-	}
-	return root, sysfs.Kernel{Root: root}
-}
-
 // namesAnotherDevice: the step writes to or about a function that is no NVMe controller.
 func namesAnotherDevice(step kerneltree.Step, nvme []string) bool {
 	text := ""
@@ -105,7 +87,7 @@ func namesAnotherDevice(step kerneltree.Step, nvme []string) bool {
 }
 
 // replay does to the EMULATED machine what the step did to the kernel.
-func replay(t *testing.T, root string, kernel sysfs.Kernel, step kerneltree.Step) {
+func replay(t *testing.T, root string, kernel Kernel, step kerneltree.Step) {
 	t.Helper()
 	if step.Write != nil {
 		path := filepath.Join(root, strings.TrimPrefix(step.Write.Path, "/"))
@@ -121,7 +103,7 @@ func replay(t *testing.T, root string, kernel sysfs.Kernel, step kerneltree.Step
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)
 	go func() { stopped <- kernel.Run(ctx) }()
-	binder := pci.Binder{Sysfs: pci.Sysfs{Root: filepath.Join(root, sysfs.SysDir)}, Settle: 10 * time.Second}
+	binder := pci.Binder{Sysfs: pci.Sysfs{Root: filepath.Join(root, SysDir)}, Settle: 10 * time.Second}
 	var err error
 	if step.Call.Restore {
 		err = binder.Restore(step.Call.BDF, step.Call.Driver)
@@ -171,7 +153,7 @@ func numbering(snap kerneltree.Snapshot, nvme []string) func(string) string {
 	}
 	var rewrites []rewrite
 	for _, bdf := range nvme {
-		id := sysfs.RecordedIdentity(snap, bdf)
+		id := RecordedIdentity(snap, bdf)
 		for kind, dev := range id.Devices {
 			major, minor, _ := strings.Cut(dev, ":")
 			rewrites = append(rewrites,

@@ -86,13 +86,14 @@ func NewTemplate(rec kerneltree.Recording) (*Template, error) {
 	t := &Template{Recording: rec, function: map[string]kerneltree.Snapshot{},
 		shared: kerneltree.Snapshot{}, sharedIn: map[string]kerneltree.Snapshot{}}
 	first := nvme[0]
+	boot := RecordedIdentity(snapshots[0], first)
 	for state, step := range stateSteps {
 		snap, ok := byStep[step]
 		if !ok {
 			return nil, fmt.Errorf("EMULATION: the kernel recording has no step %q", step)
 		}
 		// Names from boot (a state without a controller has none), numbers from the state.
-		id := RecordedIdentity(snapshots[0], first)
+		id := boot
 		id.VFIODev = RecordedIdentity(snap, first).VFIODev
 		id.Devices = recordedDevices(snap, id)
 		owned, shared := t.split(snap, id, nvme)
@@ -331,9 +332,6 @@ func (t *Template) Shared(states map[string]bool) kerneltree.Snapshot {
 	}
 	return out
 }
-
-// States are the driver states the template has.
-func (t *Template) States() []string { return []string{boundNVMe, unbound, boundVFIO} }
 
 func (id Identity) values() []string {
 	pairs := []string{

@@ -20,10 +20,7 @@ import (
 // numbers and each function's bus addresses (IRQ, BAR). The tools are this host's; the recording keeps what the reference VM's own
 // versions printed.
 func TestRealToolsReadTheEmulatedTreeAsTheKernels(t *testing.T) {
-	rec, err := kerneltree.Load("reference/kernel-reference.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := recording(t)
 	boot := rec.Snapshots()[0]
 	kernel := t.TempDir()
 	if err := apply(kernel, kerneltree.Diff(nil, withoutDeviceNodes(boot))); err != nil {
