@@ -223,6 +223,12 @@ def vmi_failure(obj: Obj) -> Stop | None:
     return Stop(f"VMI {phase}" + (f" ({messages})" if messages else ""))
 
 
+def launcher_pods(kube: Kube, vmi: dict[str, Any]) -> list[dict[str, Any]]:
+    """The VMI's launcher pods (virt-controller labels them with the VMI's uid)."""
+    return kube.list("Pod", vmi["metadata"].get("namespace"),
+                     label_selector=f"kubevirt.io/created-by={vmi['metadata']['uid']}")
+
+
 def unreported_guest(kube: Kube, vmi: Obj) -> Stop | None:
     """A VMI still ``Scheduled`` whose launcher pod has been Ready for longer than
     GUEST_REPORTED: either virt-launcher cannot start the domain (the VMI says why in
@@ -231,9 +237,7 @@ def unreported_guest(kube: Kube, vmi: Obj) -> Stop | None:
     status = (vmi or {}).get("status") or {}
     if vmi is None or status.get("phase") != "Scheduled":
         return None
-    pods = kube.list("Pod", vmi["metadata"].get("namespace"),
-                     label_selector=f"kubevirt.io/created-by={vmi['metadata']['uid']}")
-    for pod in pods:
+    for pod in launcher_pods(kube, vmi):
         ready = condition(pod, "Ready", "True")
         if ready is None or not ready.get("lastTransitionTime"):
             continue
@@ -261,9 +265,7 @@ def launcher_not_created(kube: Kube, vmi: Obj) -> Stop | None:
     phase = ((vmi or {}).get("status") or {}).get("phase")
     if vmi is None or phase not in (None, "Pending", "Scheduling"):
         return None
-    pods = kube.list("Pod", vmi["metadata"].get("namespace"),
-                     label_selector=f"kubevirt.io/created-by={vmi['metadata']['uid']}")
-    for pod in pods:
+    for pod in launcher_pods(kube, vmi):
         for status in (pod.get("status") or {}).get("containerStatuses") or []:
             waiting = (status.get("state") or {}).get("waiting") or {}
             message = waiting.get("message") or ""
